@@ -1,0 +1,1 @@
+pub use redlock_macros::distributed_lock;

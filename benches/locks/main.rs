@@ -1,0 +1,611 @@
+//! The benchmark of BENCHMARKS.md: every scenario against a redis-server of its own,
+//! for redlock and for rslock, with the limit each is measured against taken in the
+//! same run. Prints one Markdown table, a `BENCH {...}` line per figure, and writes
+//! the handoff-latency plot.
+//!
+//! `cargo bench --bench locks [-- --svg PATH] [-- --quick]` (see `scripts/bench.sh`).
+
+mod contenders;
+mod monitor;
+mod scenarios;
+mod stats;
+mod svg;
+mod system;
+
+use std::time::{Duration, Instant};
+
+use contenders::Lock;
+use monitor::Monitor;
+use redlock_testkit::RedisServer;
+use scenarios::{Contention, Stop};
+use stats::{Figure, Report, Verdict, median, micros, number, quantile};
+
+/// Options from the command line (cargo passes `--bench` too; it is ignored).
+#[derive(Debug)]
+struct Options {
+    svg: String,
+    quick: bool,
+}
+
+impl Options {
+    fn parse() -> Self {
+        let mut options = Options {
+            svg: "benches/handoff-latency.svg".to_owned(),
+            quick: false,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--svg" => options.svg = args.next().expect("--svg needs a path"),
+                "--quick" => options.quick = true,
+                _ => {}
+            }
+        }
+        options
+    }
+}
+
+/// Interleaved blocks of the uncontended scenario, and their length.
+const BLOCKS: usize = 10;
+const BLOCK_LEN: usize = 500;
+/// Tasks of the throughput scenario, and how long each of its rounds lasts.
+const THROUGHPUT_TASKS: usize = 64;
+const THROUGHPUT_ROUND: Duration = Duration::from_millis(1500);
+/// The hold of every contended scenario.
+const HOLD: Duration = Duration::from_millis(1);
+/// Acquisitions per task in the fairness scenario.
+const PER_TASK: usize = 20;
+/// Waiter counts of the handoff and round-trip scenarios.
+const WAITERS: [usize; 4] = [2, 16, 64, 256];
+/// Locks held in the watchdog scenario, and its renewal period.
+const WATCHED: usize = 10_000;
+const RENEW_EVERY: Duration = Duration::from_millis(500);
+
+fn main() {
+    let options = Options::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("build the tokio runtime");
+    runtime.block_on(run(options));
+}
+
+async fn run(options: Options) {
+    let began = Instant::now();
+    let server = RedisServer::start();
+    let url = server.url();
+    let redis_version = server
+        .cli(&["INFO", "server"])
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:").map(str::to_owned))
+        .unwrap_or_default();
+    let header = format!(
+        "{} | {} | Redis {redis_version} on 127.0.0.1:{} | tokio multi-thread, {} workers",
+        system::now(),
+        system::machine(),
+        server.port(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    println!("# {header}");
+    let mut report = Report::default();
+    let scale = if options.quick { 4 } else { 1 };
+
+    let redlock = Lock::redlock(&url).await;
+    let rslock = Lock::rslock(&url);
+    let mut ping = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for PING");
+
+    // Load the scripts and learn their hashes (redis-benchmark sends the same EVALSHAs).
+    let mut monitor = Monitor::start(server.port(), &url).await;
+    for lock in [&redlock, &rslock] {
+        scenarios::cycle_block(lock, &format!("bench:warm:{}", lock.name()), 1).await;
+    }
+    let (_, warm) = monitor
+        .record(scenarios::cycle_block(&redlock, "bench:warm:redlock", 1))
+        .await;
+    monitor.stop();
+    let evalsha = |keys: &str, args: usize| {
+        warm.iter()
+            .find(|c| {
+                !c.from_script
+                    && c.name == "EVALSHA"
+                    && c.args.get(1).is_some_and(|n| n == keys)
+                    && c.args.len() == 2 + keys.parse::<usize>().unwrap() + args
+            })
+            .map(|c| c.args[0].clone())
+            .expect("the acquire and release EVALSHAs")
+    };
+    let acquire_sha = evalsha("2", 2);
+    let release_sha = evalsha("1", 3);
+    for lock in [&redlock, &rslock] {
+        scenarios::cycle_block(lock, &format!("bench:warm:{}", lock.name()), 200 / scale).await;
+    }
+
+    // 1. Uncontended cycles, in blocks interleaved with PING blocks.
+    eprintln!("[{:>5.1}s] uncontended", began.elapsed().as_secs_f64());
+    let mut rtt_p50 = Vec::new();
+    let mut p50 = [Vec::new(), Vec::new()];
+    let mut ratio = [Vec::new(), Vec::new()];
+    for _ in 0..BLOCKS {
+        let rtt = quantile(&scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await, 0.5);
+        rtt_p50.push(micros(rtt));
+        for (index, lock) in [&redlock, &rslock].into_iter().enumerate() {
+            let key = format!("bench:uncontended:{}", lock.name());
+            let cycle = quantile(&scenarios::cycle_block(lock, &key, BLOCK_LEN / scale).await, 0.5);
+            p50[index].push(micros(cycle));
+            ratio[index].push(micros(cycle) / micros(rtt));
+        }
+    }
+    let rtt = median(&rtt_p50);
+    let ratios = [median(&ratio[0]), median(&ratio[1])];
+    report.add(Figure {
+        id: "uncontended_cycle_p50".into(),
+        scenario: "uncontended acquire+release, 1 task, p50".into(),
+        redlock: Some(median(&p50[0])),
+        rslock: Some(median(&p50[1])),
+        unit: "µs",
+        limit: format!("RTT p50 {} µs", number(rtt)),
+        ratio: format!(
+            "{} RTT (rslock {} RTT)",
+            number(ratios[0]),
+            number(ratios[1])
+        ),
+        target: "≤ 2.2 RTT".into(),
+        verdict: Verdict::of(ratios[0] <= 2.2),
+    });
+    report.note(format!(
+        "uncontended: {BLOCKS} interleaved blocks of {} PINGs / redlock cycles / rslock cycles; \
+         medians of the per-block p50s; the RTT ratio is the median of the per-block ratios; \
+         block RTT p50s ranged {}–{} µs",
+        BLOCK_LEN / scale,
+        number(rtt_p50.iter().copied().fold(f64::INFINITY, f64::min)),
+        number(rtt_p50.iter().copied().fold(0.0, f64::max)),
+    ));
+
+    // 2. Throughput on distinct keys, alternating rounds; the server's own ceiling.
+    eprintln!("[{:>5.1}s] throughput", began.elapsed().as_secs_f64());
+    let mut rounds = [Vec::new(), Vec::new()];
+    for round in 0..3 {
+        for (index, lock) in [&redlock, &rslock].into_iter().enumerate() {
+            let tag = format!("r{round}");
+            rounds[index].push(
+                scenarios::throughput(lock, THROUGHPUT_TASKS, THROUGHPUT_ROUND / scale as u32, &tag)
+                    .await,
+            );
+        }
+    }
+    let throughput = [median(&rounds[0]), median(&rounds[1])];
+    let n = (60_000 / scale).to_string();
+    let options_rb = ["-c", "64", "-P", "1", "-n", n.as_str(), "-r", "1000000"];
+    let acquire_rps = system::redis_benchmark(
+        server.port(),
+        &options_rb,
+        &["EVALSHA", &acquire_sha, "2", "bench:rb:__rand_int__", "redlock:fence", "benchowner", "10000"],
+    );
+    let release_rps = system::redis_benchmark(
+        server.port(),
+        &options_rb,
+        &["EVALSHA", &release_sha, "1", "bench:rb:__rand_int__", "benchowner", "0", "redlock:released:bench:rb"],
+    );
+    let limit = match (&acquire_rps, &release_rps) {
+        (Ok(a), Ok(r)) => {
+            report.note(format!(
+                "throughput limit: redis-benchmark -c 64 -P 1 -r 1000000 on the acquire EVALSHA ({} req/s) \
+                 and the release EVALSHA ({} req/s); one cycle is one of each, so the ceiling is 1/(1/a + 1/r)",
+                number(*a),
+                number(*r)
+            ));
+            format!("redis-benchmark {} cycles/s", number(1.0 / (1.0 / a + 1.0 / r)))
+        }
+        (a, r) => {
+            report.note(format!("redis-benchmark failed: {a:?} {r:?}"));
+            "redis-benchmark failed".into()
+        }
+    };
+    let vs = throughput[0] / throughput[1];
+    report.add(Figure {
+        id: "throughput_64_tasks".into(),
+        scenario: format!("throughput, {THROUGHPUT_TASKS} tasks on distinct keys"),
+        redlock: Some(throughput[0]),
+        rslock: Some(throughput[1]),
+        unit: "cycles/s",
+        limit,
+        ratio: format!("{} × rslock", number(vs)),
+        target: "≥ 1.2 × rslock".into(),
+        verdict: Verdict::of(vs >= 1.2),
+    });
+
+    // 3. Contention: 16 and 64 tasks × 20 acquisitions of one key.
+    let mut violations_total = [0usize, 0usize];
+    for tasks in [16, 64] {
+        eprintln!("[{:>5.1}s] contention, {tasks} tasks", began.elapsed().as_secs_f64());
+        let mut runs = Vec::new();
+        for lock in [&redlock, &rslock] {
+            let key = format!("bench:contended:{}:{tasks}", lock.name());
+            let run = scenarios::contend(std::slice::from_ref(lock), &key, tasks, Stop::PerTask(PER_TASK / scale), HOLD).await;
+            runs.push(run);
+        }
+        contention_figures(&mut report, tasks, "", &runs[0], &runs[1]);
+        for (total, run) in violations_total.iter_mut().zip(&runs) {
+            *total += run.violations;
+        }
+    }
+    // The same with a client per task: how separate processes contend.
+    let per_task_clients = async |tasks: usize| {
+        let mut redlocks = Vec::new();
+        let mut rslocks = Vec::new();
+        for _ in 0..tasks {
+            redlocks.push(Lock::redlock(&url).await);
+            rslocks.push(Lock::rslock(&url));
+        }
+        (redlocks, rslocks)
+    };
+    for tasks in [16] {
+        eprintln!("[{:>5.1}s] contention, {tasks} clients", began.elapsed().as_secs_f64());
+        let (redlocks, rslocks) = per_task_clients(tasks).await;
+        let a = scenarios::contend(&redlocks, &format!("bench:contended:redlock:{tasks}c"), tasks, Stop::PerTask(PER_TASK / scale), HOLD).await;
+        let b = scenarios::contend(&rslocks, &format!("bench:contended:rslock:{tasks}c"), tasks, Stop::PerTask(PER_TASK / scale), HOLD).await;
+        contention_figures(&mut report, tasks, ", a client per task", &a, &b);
+        violations_total[0] += a.violations;
+        violations_total[1] += b.violations;
+    }
+
+    // 4. Handoff latency against the number of waiters (one shared client each).
+    let mut handoff_points: [Vec<(f64, f64, f64)>; 2] = [Vec::new(), Vec::new()];
+    let mut rtts = Vec::new();
+    for waiters in WAITERS {
+        eprintln!("[{:>5.1}s] handoff, {waiters} waiters", began.elapsed().as_secs_f64());
+        let total = handoff_total(waiters, scale);
+        let rtt = micros(quantile(&scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await, 0.5));
+        rtts.push((waiters as f64, rtt));
+        let mut runs = Vec::new();
+        for lock in [&redlock, &rslock] {
+            let key = format!("bench:handoff:{}:{waiters}", lock.name());
+            runs.push(scenarios::contend(std::slice::from_ref(lock), &key, waiters + 1, Stop::Total(total), HOLD).await);
+        }
+        for (index, run) in runs.iter().enumerate() {
+            violations_total[index] += run.violations;
+            handoff_points[index].push((
+                waiters as f64,
+                micros(quantile(&run.handoffs, 0.5)),
+                micros(quantile(&run.handoffs, 0.99)),
+            ));
+        }
+        let (a, b) = (&runs[0], &runs[1]);
+        for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+            let mine = micros(quantile(&a.handoffs, q));
+            let theirs = micros(quantile(&b.handoffs, q));
+            report.add(Figure {
+                id: format!("handoff_{name}.waiters_{waiters}"),
+                scenario: format!("handoff latency {name}, {waiters} waiters"),
+                redlock: Some(mine),
+                rslock: Some(theirs),
+                unit: "µs",
+                limit: format!("RTT {} µs", number(rtt)),
+                ratio: format!("{} RTT", number(mine / rtt)),
+                target: if q == 0.5 { "≤ 3 RTT".into() } else { "-".into() },
+                verdict: if q == 0.5 {
+                    Verdict::of(mine <= 3.0 * rtt && a.violations == 0)
+                } else {
+                    Verdict::Info
+                },
+            });
+        }
+        report.note(format!(
+            "handoff, {waiters} waiters: {} tasks until {total} acquisitions; handoffs to another task: redlock {}, rslock {}; \
+             re-acquired by the releasing task (barging): redlock {}, rslock {}",
+            waiters + 1,
+            a.handoffs.len(),
+            b.handoffs.len(),
+            a.reacquired_by_releaser,
+            b.reacquired_by_releaser
+        ));
+    }
+
+    // 5. Round trips per acquisition, counted with MONITOR in a separate pass.
+    let mut monitor = Monitor::start(server.port(), &url).await;
+    for waiters in WAITERS {
+        eprintln!("[{:>5.1}s] round trips, {waiters} waiters", began.elapsed().as_secs_f64());
+        let total = handoff_total(waiters, scale);
+        let mut per_acquisition = Vec::new();
+        let mut details = Vec::new();
+        for lock in [&redlock, &rslock] {
+            let key = format!("bench:rtt:{}:{waiters}", lock.name());
+            let (run, commands) = monitor
+                .record(scenarios::contend(std::slice::from_ref(lock), &key, waiters + 1, Stop::Total(total), HOLD))
+                .await;
+            let counts = monitor::top_level(&commands);
+            let top: usize = counts.values().sum();
+            per_acquisition.push(top as f64 / run.acquisitions as f64);
+            details.push(format!("{}: {} acquisitions, {}", lock.name(), run.acquisitions, monitor::summary(&counts)));
+            violations_total[usize::from(lock.name() == "rslock")] += run.violations;
+        }
+        report.add(Figure {
+            id: format!("round_trips_per_acquisition.waiters_{waiters}"),
+            scenario: format!("Redis round trips per acquisition, {waiters} waiters"),
+            redlock: Some(per_acquisition[0]),
+            rslock: Some(per_acquisition[1]),
+            unit: "",
+            limit: "2".into(),
+            ratio: format!("{} × limit", number(per_acquisition[0] / 2.0)),
+            target: "≤ 4, flat".into(),
+            verdict: Verdict::of(per_acquisition[0] <= 4.0),
+        });
+        report.note(format!("round trips, {waiters} waiters (top-level commands in the MONITOR window): {}", details.join("; ")));
+    }
+    // The same with a client per task.
+    for waiters in [16] {
+        eprintln!("[{:>5.1}s] round trips, {waiters} waiters, a client each", began.elapsed().as_secs_f64());
+        let total = handoff_total(waiters, scale);
+        let (redlocks, rslocks) = per_task_clients(waiters + 1).await;
+        let mut per_acquisition = Vec::new();
+        let mut details = Vec::new();
+        for locks in [&redlocks, &rslocks] {
+            let name = locks[0].name();
+            let key = format!("bench:rtt:{name}:{waiters}c");
+            let (run, commands) = monitor
+                .record(scenarios::contend(locks, &key, waiters + 1, Stop::Total(total), HOLD))
+                .await;
+            let counts = monitor::top_level(&commands);
+            let top: usize = counts.values().sum();
+            per_acquisition.push(top as f64 / run.acquisitions as f64);
+            details.push(format!("{name}: {} acquisitions, {}", run.acquisitions, monitor::summary(&counts)));
+            violations_total[usize::from(name == "rslock")] += run.violations;
+        }
+        report.add(Figure {
+            id: format!("round_trips_per_acquisition.waiters_{waiters}.client_per_task"),
+            scenario: format!("Redis round trips per acquisition, {waiters} waiters, a client per task"),
+            redlock: Some(per_acquisition[0]),
+            rslock: Some(per_acquisition[1]),
+            unit: "",
+            limit: "2".into(),
+            ratio: format!("{} × limit", number(per_acquisition[0] / 2.0)),
+            target: "≤ 4, flat".into(),
+            verdict: Verdict::of(per_acquisition[0] <= 4.0),
+        });
+        report.note(format!(
+            "round trips, {waiters} waiters, a client per task: {}",
+            details.join("; ")
+        ));
+    }
+
+    // 6. 10,000 locks in watchdog mode: renewal rounds per tick, memory per lock.
+    eprintln!("[{:>5.1}s] watchdog", began.elapsed().as_secs_f64());
+    watchdog(&mut report, &url, &mut monitor, rtt, scale).await;
+    monitor.stop();
+
+    report.add(Figure {
+        id: "mutual_exclusion_violations".into(),
+        scenario: "mutual-exclusion violations, all contended runs".into(),
+        redlock: Some(violations_total[0] as f64),
+        rslock: Some(violations_total[1] as f64),
+        unit: "",
+        limit: "0".into(),
+        ratio: "-".into(),
+        target: "0".into(),
+        verdict: Verdict::of(violations_total[0] == 0),
+    });
+
+    // The plot.
+    let color = ["#1f77b4", "#d62728"];
+    let mut series = Vec::new();
+    for (index, name) in ["redlock", "rslock"].into_iter().enumerate() {
+        for (dashed, label, pick) in [(false, "p50", 1), (true, "p99", 2)] {
+            series.push(svg::Series {
+                label: format!("{name} {label}"),
+                color: color[index],
+                dashed,
+                points: handoff_points[index]
+                    .iter()
+                    .map(|p| (p.0, if pick == 1 { p.1 } else { p.2 }))
+                    .collect(),
+            });
+        }
+    }
+    series.push(svg::Series {
+        label: "PING RTT p50".into(),
+        color: "#888888",
+        dashed: true,
+        points: rtts,
+    });
+    let plot = svg::handoff_plot(&format!("Handoff latency vs waiters — {}", system::now()), &series);
+    match std::fs::write(&options.svg, plot) {
+        Ok(()) => report.note(format!("handoff plot written to {}", options.svg)),
+        Err(error) => report.note(format!("could not write {}: {error}", options.svg)),
+    }
+
+    println!();
+    println!("{header}");
+    println!();
+    print!("{}", report.table());
+    println!();
+    for note in &report.notes {
+        println!("- {note}");
+    }
+    println!();
+    println!("total run time {:.0} s", began.elapsed().as_secs_f64());
+}
+
+/// Acquisitions of a handoff run: enough for every waiter to hold the lock twice.
+fn handoff_total(waiters: usize, scale: usize) -> usize {
+    (200 / scale).max(2 * (waiters + 1))
+}
+
+fn contention_figures(report: &mut Report, tasks: usize, suffix: &str, a: &Contention, b: &Contention) {
+    let id_suffix = if suffix.is_empty() { String::new() } else { ".client_per_task".into() };
+    let clean = a.violations == 0;
+    report.add(Figure {
+        id: format!("utilisation.tasks_{tasks}{id_suffix}"),
+        scenario: format!("{tasks} tasks × {} acquisitions of one key{suffix}: utilisation", a.acquisitions / tasks),
+        redlock: Some(a.utilisation()),
+        rslock: Some(b.utilisation()),
+        unit: "",
+        limit: "1.0".into(),
+        ratio: format!("mean hold {} µs", number(micros(a.mean_hold()))),
+        target: "≥ 0.9".into(),
+        verdict: Verdict::of(clean && a.utilisation() >= 0.9),
+    });
+    let limit = |run: &Contention| micros(run.mean_hold()) * tasks as f64 / 1000.0;
+    let p99 = |run: &Contention| micros(run.wait_p99()) / 1000.0;
+    report.add(Figure {
+        id: format!("wait_p99.tasks_{tasks}{id_suffix}"),
+        scenario: format!("{tasks} tasks{suffix}: wait p99"),
+        redlock: Some(p99(a)),
+        rslock: Some(p99(b)),
+        unit: "ms",
+        limit: format!("tasks × mean hold {} ms", number(limit(a))),
+        ratio: format!("{} × limit (rslock {})", number(p99(a) / limit(a)), number(p99(b) / limit(b))),
+        target: "≤ 2 × limit".into(),
+        verdict: Verdict::of(clean && p99(a) <= 2.0 * limit(a)),
+    });
+    report.add(Figure {
+        id: format!("fairness.tasks_{tasks}{id_suffix}"),
+        scenario: format!("{tasks} tasks{suffix}: fairness (longest task wait / median)"),
+        redlock: Some(a.fairness()),
+        rslock: Some(b.fairness()),
+        unit: "",
+        limit: "1".into(),
+        ratio: "-".into(),
+        target: "≤ 2".into(),
+        verdict: Verdict::of(clean && a.fairness() <= 2.0),
+    });
+    report.add(Figure {
+        id: format!("violations.tasks_{tasks}{id_suffix}"),
+        scenario: format!("{tasks} tasks{suffix}: mutual-exclusion violations (max inside)"),
+        redlock: Some(a.violations as f64),
+        rslock: Some(b.violations as f64),
+        unit: "",
+        limit: "0".into(),
+        ratio: format!("max inside {} (rslock {})", a.max_inside, b.max_inside),
+        target: "0".into(),
+        verdict: Verdict::of(clean),
+    });
+    report.note(format!(
+        "{tasks} tasks{suffix}: elapsed redlock {} ms, rslock {} ms; mean hold rslock {} µs; \
+         re-acquired by the releasing task: redlock {}, rslock {} of {}",
+        number(a.elapsed.as_secs_f64() * 1e3),
+        number(b.elapsed.as_secs_f64() * 1e3),
+        number(micros(b.mean_hold())),
+        a.reacquired_by_releaser,
+        b.reacquired_by_releaser,
+        b.acquisitions
+    ));
+}
+
+async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f64, scale: usize) {
+    let locks = WATCHED / scale;
+    let client = redlock_runtime::LockClient::builder(url)
+        .renew_every(RENEW_EVERY)
+        .connect()
+        .await
+        .expect("connect the watchdog client");
+    // Warm up: start the watchdog task and load the scripts before measuring memory.
+    for _ in 0..2 {
+        let guard = client.lock("bench:watchdog:warm").acquire().await.expect("warm-up");
+        guard.release().await.expect("warm-up release");
+    }
+    let before = system::rss_bytes();
+    let mut guards = Vec::with_capacity(locks);
+    for chunk in (0..locks).collect::<Vec<_>>().chunks(500) {
+        let mut set = tokio::task::JoinSet::new();
+        for &index in chunk {
+            let client = client.clone();
+            set.spawn(async move {
+                client
+                    .lock(format!("bench:watchdog:{index}"))
+                    .acquire()
+                    .await
+                    .expect("watchdog acquire")
+            });
+        }
+        while let Some(guard) = set.join_next().await {
+            guards.push(guard.expect("watchdog task"));
+        }
+    }
+    let after = system::rss_bytes();
+    assert_eq!(client.watched_locks(), locks, "every lock is in watchdog renewal");
+    let window = RENEW_EVERY * 4;
+    let (_, commands) = monitor.record(tokio::time::sleep(window)).await;
+    let after_ticks = system::rss_bytes();
+    let renewals: Vec<_> = commands
+        .iter()
+        .filter(|c| !c.from_script && c.name == "EVALSHA")
+        .collect();
+    let others = commands.iter().filter(|c| !c.from_script).count() - renewals.len();
+    // A tick's renewals reach Redis back to back; ticks are RENEW_EVERY apart.
+    let mut bursts: Vec<(f64, f64, usize)> = Vec::new();
+    for command in &renewals {
+        match bursts.last_mut() {
+            Some((_, last, count)) if command.at - *last < 0.1 => {
+                *last = command.at;
+                *count += 1;
+            }
+            _ => bursts.push((command.at, command.at, 1)),
+        }
+    }
+    let ticks = (window.as_secs_f64() / RENEW_EVERY.as_secs_f64()).round();
+    let sizes: Vec<f64> = bursts.iter().map(|b| b.2 as f64).collect();
+    let spans: Vec<f64> = bursts.iter().map(|b| (b.1 - b.0) * 1e3).collect();
+    let calls_per_tick = median(&sizes);
+    let rounds_per_tick = bursts.len() as f64 / ticks;
+    report.add(Figure {
+        id: "watchdog_renewal_calls_per_tick".into(),
+        scenario: format!("{locks} watchdog locks: renewal commands per tick"),
+        redlock: Some(calls_per_tick),
+        rslock: None,
+        unit: "EVALSHA",
+        limit: format!("{locks} (one per lock)"),
+        ratio: "-".into(),
+        target: "-".into(),
+        verdict: Verdict::Info,
+    });
+    report.add(Figure {
+        id: "watchdog_rounds_per_tick".into(),
+        scenario: format!("{locks} watchdog locks: renewal round trips per tick"),
+        redlock: Some(rounds_per_tick),
+        rslock: None,
+        unit: "",
+        limit: "1 pipelined round".into(),
+        ratio: format!("burst span {} ms", number(median(&spans))),
+        target: "1".into(),
+        verdict: Verdict::of((rounds_per_tick - 1.0).abs() < 0.01 && calls_per_tick as usize == locks),
+    });
+    let per_lock = after.saturating_sub(before) as f64 / locks as f64;
+    let per_lock_ticks = after_ticks.saturating_sub(before) as f64 / locks as f64;
+    report.add(Figure {
+        id: "watchdog_rss_per_lock".into(),
+        scenario: format!("{locks} watchdog locks: client RSS per held lock"),
+        redlock: Some(per_lock.max(per_lock_ticks)),
+        rslock: None,
+        unit: "B",
+        limit: "-".into(),
+        ratio: format!("{} KiB", number(per_lock.max(per_lock_ticks) / 1024.0)),
+        target: "≤ 2 KiB".into(),
+        verdict: Verdict::of(per_lock.max(per_lock_ticks) <= 2048.0),
+    });
+    report.note(format!(
+        "watchdog: renew_every {} ms, MONITOR window {} ms = {ticks} ticks; {} renewal bursts of {:?} EVALSHAs, \
+         server-side spans {:?} ms (10,000 sequential round trips would take ≥ {} ms at RTT {} µs); \
+         {others} other top-level commands; RSS {} MiB before, {} MiB after acquiring ({} B/lock), {} MiB after the ticks ({} B/lock)",
+        RENEW_EVERY.as_millis(),
+        window.as_millis(),
+        bursts.len(),
+        sizes.iter().map(|s| *s as usize).collect::<Vec<_>>(),
+        spans.iter().map(|s| number(*s)).collect::<Vec<_>>(),
+        number(locks as f64 * rtt / 1000.0),
+        number(rtt),
+        number(before as f64 / 1048576.0),
+        number(after as f64 / 1048576.0),
+        number(per_lock),
+        number(after_ticks as f64 / 1048576.0),
+        number(per_lock_ticks),
+    ));
+    let mut set = tokio::task::JoinSet::new();
+    for guard in guards {
+        set.spawn(guard.release());
+    }
+    while set.join_next().await.is_some() {}
+}

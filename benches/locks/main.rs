@@ -25,6 +25,7 @@ use stats::{Figure, Report, Verdict, median, micros, number, quantile};
 struct Options {
     svg: String,
     quick: bool,
+    current_thread: bool,
 }
 
 impl Options {
@@ -32,12 +33,14 @@ impl Options {
         let mut options = Options {
             svg: "benches/handoff-latency.svg".to_owned(),
             quick: false,
+            current_thread: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--svg" => options.svg = args.next().expect("--svg needs a path"),
                 "--quick" => options.quick = true,
+                "--current-thread" => options.current_thread = true,
                 _ => {}
             }
         }
@@ -63,7 +66,12 @@ const RENEW_EVERY: Duration = Duration::from_millis(500);
 
 fn main() {
     let options = Options::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = if options.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .expect("build the tokio runtime");
@@ -80,11 +88,18 @@ async fn run(options: Options) {
         .find_map(|line| line.strip_prefix("redis_version:").map(str::to_owned))
         .unwrap_or_default();
     let header = format!(
-        "{} | {} | Redis {redis_version} on 127.0.0.1:{} | tokio multi-thread, {} workers",
+        "{} | {} | Redis {redis_version} on 127.0.0.1:{} | tokio {}",
         system::now(),
         system::machine(),
         server.port(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if options.current_thread {
+            "current-thread runtime".to_owned()
+        } else {
+            format!(
+                "multi-thread runtime, {} workers",
+                std::thread::available_parallelism().map_or(0, |n| n.get())
+            )
+        },
     );
     println!("# {header}");
     let mut report = Report::default();
@@ -103,10 +118,19 @@ async fn run(options: Options) {
     for lock in [&redlock, &rslock] {
         scenarios::cycle_block(lock, &format!("bench:warm:{}", lock.name()), 1).await;
     }
-    let (_, warm) = monitor
+    let (_, mut warm) = monitor
         .record(scenarios::cycle_block(&redlock, "bench:warm:redlock", 1))
         .await;
+    let (_, warm_rslock) = monitor
+        .record(scenarios::cycle_block(&rslock, "bench:warm:rslock", 1))
+        .await;
     monitor.stop();
+    let rslock_unlock_sha = warm_rslock
+        .iter()
+        .find(|c| !c.from_script && c.name == "EVALSHA")
+        .map(|c| c.args[0].clone())
+        .expect("rslock's unlock EVALSHA");
+    warm.retain(|c| !c.from_script);
     let evalsha = |keys: &str, args: usize| {
         warm.iter()
             .find(|c| {
@@ -129,18 +153,45 @@ async fn run(options: Options) {
     let mut rtt_p50 = Vec::new();
     let mut p50 = [Vec::new(), Vec::new()];
     let mut ratio = [Vec::new(), Vec::new()];
+    let mut parts = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
     for _ in 0..BLOCKS {
         let rtt = quantile(&scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await, 0.5);
         rtt_p50.push(micros(rtt));
         for (index, lock) in [&redlock, &rslock].into_iter().enumerate() {
             let key = format!("bench:uncontended:{}", lock.name());
-            let cycle = quantile(&scenarios::cycle_block(lock, &key, BLOCK_LEN / scale).await, 0.5);
+            let samples = scenarios::cycle_block(lock, &key, BLOCK_LEN / scale).await;
+            let cycles: Vec<Duration> = samples.iter().map(|(a, r)| *a + *r).collect();
+            let cycle = quantile(&cycles, 0.5);
+            for (part, pick) in parts[index].iter_mut().zip([0, 1]) {
+                let of: Vec<Duration> = samples.iter().map(|s| if pick == 0 { s.0 } else { s.1 }).collect();
+                part.push(micros(quantile(&of, 0.5)) / micros(rtt));
+            }
             p50[index].push(micros(cycle));
             ratio[index].push(micros(cycle) / micros(rtt));
         }
     }
     let rtt = median(&rtt_p50);
     let ratios = [median(&ratio[0]), median(&ratio[1])];
+    // Where the time goes: the server's own time per cycle, from INFO commandstats.
+    let mut server_time = Vec::new();
+    for (lock, commands) in [(&redlock, &["evalsha"][..]), (&rslock, &["evalsha", "set"][..])] {
+        let key = format!("bench:uncontended:{}", lock.name());
+        let before = command_usec(&mut ping, commands).await;
+        let n = BLOCK_LEN / scale;
+        scenarios::cycle_block(lock, &key, n).await;
+        let after = command_usec(&mut ping, commands).await;
+        server_time.push((after - before) / n as f64);
+    }
+    report.note(format!(
+        "uncontended breakdown (median over blocks of p50 / block RTT p50): redlock acquire {} RTT + release {} RTT; \
+         rslock acquire {} RTT + release {} RTT; Redis's own time per cycle (INFO commandstats usec): redlock {} µs, rslock {} µs",
+        number(median(&parts[0][0])),
+        number(median(&parts[0][1])),
+        number(median(&parts[1][0])),
+        number(median(&parts[1][1])),
+        number(server_time[0]),
+        number(server_time[1]),
+    ));
     report.add(Figure {
         id: "uncontended_cycle_p50".into(),
         scenario: "uncontended acquire+release, 1 task, p50".into(),
@@ -190,11 +241,30 @@ async fn run(options: Options) {
         &options_rb,
         &["EVALSHA", &release_sha, "1", "bench:rb:__rand_int__", "benchowner", "0", "redlock:released:bench:rb"],
     );
+    let rslock_set_rps = system::redis_benchmark(
+        server.port(),
+        &options_rb,
+        &["SET", "bench:rb2:__rand_int__", "benchowner", "NX", "PX", "10000"],
+    );
+    let rslock_unlock_rps = system::redis_benchmark(
+        server.port(),
+        &options_rb,
+        &["EVALSHA", &rslock_unlock_sha, "1", "bench:rb2:__rand_int__", "benchowner"],
+    );
     let limit = match (&acquire_rps, &release_rps) {
         (Ok(a), Ok(r)) => {
+            let theirs = match (&rslock_set_rps, &rslock_unlock_rps) {
+                (Ok(s), Ok(u)) => format!(
+                    "; rslock's pair (SET NX PX {} req/s, unlock EVALSHA {} req/s) {} cycles/s",
+                    number(*s),
+                    number(*u),
+                    number(1.0 / (1.0 / s + 1.0 / u))
+                ),
+                (s, u) => format!("; rslock's pair failed: {s:?} {u:?}"),
+            };
             report.note(format!(
-                "throughput limit: redis-benchmark -c 64 -P 1 -r 1000000 on the acquire EVALSHA ({} req/s) \
-                 and the release EVALSHA ({} req/s); one cycle is one of each, so the ceiling is 1/(1/a + 1/r)",
+                "throughput limit: redis-benchmark -c 64 -P 1 -r 1000000 on redlock's acquire EVALSHA ({} req/s) \
+                 and release EVALSHA ({} req/s); one cycle is one of each, so the ceiling is 1/(1/a + 1/r){theirs}",
                 number(*a),
                 number(*r)
             ));
@@ -295,9 +365,11 @@ async fn run(options: Options) {
             });
         }
         report.note(format!(
-            "handoff, {waiters} waiters: {} tasks until {total} acquisitions; handoffs to another task: redlock {}, rslock {}; \
-             re-acquired by the releasing task (barging): redlock {}, rslock {}",
+            "handoff, {waiters} waiters: {} tasks until {total} acquisitions; release call p50 redlock {} µs, rslock {} µs; \
+             handoffs to another task: redlock {}, rslock {}; re-acquired by the releasing task (barging): redlock {}, rslock {}",
             waiters + 1,
+            number(micros(quantile(&a.releases, 0.5))),
+            number(micros(quantile(&b.releases, 0.5))),
             a.handoffs.len(),
             b.handoffs.len(),
             a.reacquired_by_releaser,
@@ -429,6 +501,27 @@ async fn run(options: Options) {
     println!("total run time {:.0} s", began.elapsed().as_secs_f64());
 }
 
+/// Total microseconds Redis spent in `commands` so far (`INFO commandstats`).
+async fn command_usec(connection: &mut redis::aio::MultiplexedConnection, commands: &[&str]) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(connection)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            if !commands.contains(&name) {
+                return None;
+            }
+            fields
+                .split(',')
+                .find_map(|field| field.strip_prefix("usec="))
+                .and_then(|usec| usec.parse::<f64>().ok())
+        })
+        .sum()
+}
+
 /// Acquisitions of a handoff run: enough for every waiter to hold the lock twice.
 fn handoff_total(waiters: usize, scale: usize) -> usize {
     (200 / scale).max(2 * (waiters + 1))
@@ -527,9 +620,12 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
     }
     let after = system::rss_bytes();
     assert_eq!(client.watched_locks(), locks, "every lock is in watchdog renewal");
+    // Memory in steady state: after a few renewals, before MONITOR (whose reader thread
+    // lives in this process) is attached.
+    tokio::time::sleep(RENEW_EVERY * 3).await;
+    let after_ticks = system::rss_bytes();
     let window = RENEW_EVERY * 4;
     let (_, commands) = monitor.record(tokio::time::sleep(window)).await;
-    let after_ticks = system::rss_bytes();
     let renewals: Vec<_> = commands
         .iter()
         .filter(|c| !c.from_script && c.name == "EVALSHA")
@@ -547,6 +643,8 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
         }
     }
     let ticks = (window.as_secs_f64() / RENEW_EVERY.as_secs_f64()).round();
+    let first = bursts.first().map_or(0.0, |b| b.0);
+    let starts: Vec<String> = bursts.iter().map(|b| number((b.0 - first) * 1e3)).collect();
     let sizes: Vec<f64> = bursts.iter().map(|b| b.2 as f64).collect();
     let spans: Vec<f64> = bursts.iter().map(|b| (b.1 - b.0) * 1e3).collect();
     let calls_per_tick = median(&sizes);
@@ -588,8 +686,8 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
     });
     report.note(format!(
         "watchdog: renew_every {} ms, MONITOR window {} ms = {ticks} ticks; {} renewal bursts of {:?} EVALSHAs, \
-         server-side spans {:?} ms (10,000 sequential round trips would take ≥ {} ms at RTT {} µs); \
-         {others} other top-level commands; RSS {} MiB before, {} MiB after acquiring ({} B/lock), {} MiB after the ticks ({} B/lock)",
+         starting at {starts:?} ms, server-side spans {:?} ms (10,000 sequential round trips would take ≥ {} ms at RTT {} µs); \
+         {others} other top-level commands; RSS {} MiB before, {} MiB after acquiring ({} B/lock), {} MiB after 3 more ticks ({} B/lock)",
         RENEW_EVERY.as_millis(),
         window.as_millis(),
         bursts.len(),

@@ -21,13 +21,15 @@ pub async fn ping_block(connection: &mut redis::aio::MultiplexedConnection, n: u
     samples
 }
 
-/// `n` acquire+release cycles of one free key; each cycle's duration.
-pub async fn cycle_block(lock: &Lock, key: &str, n: usize) -> Vec<Duration> {
+/// `n` acquire+release cycles of one free key; each cycle's acquire and release times.
+pub async fn cycle_block(lock: &Lock, key: &str, n: usize) -> Vec<(Duration, Duration)> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        lock.acquire(key).await.release().await;
-        samples.push(started.elapsed());
+        let guard = lock.acquire(key).await;
+        let acquired = Instant::now();
+        guard.release().await;
+        samples.push((acquired - started, acquired.elapsed()));
     }
     samples
 }
@@ -78,6 +80,8 @@ pub struct Contention {
     /// Release call of the previous holder to the acquire return of the next, when the
     /// next is another task.
     pub handoffs: Vec<Duration>,
+    /// Release call to return, per acquisition.
+    pub releases: Vec<Duration>,
     /// Acquisitions by the task that held the lock just before (it barged back in).
     pub reacquired_by_releaser: usize,
     /// First acquire call to last release return.
@@ -140,6 +144,7 @@ pub async fn contend(locks: &[Lock], key: &str, tasks: usize, stop: Stop, hold: 
             let mut waits = Vec::new();
             let mut holds = Vec::new();
             let mut handoffs = Vec::new();
+            let mut releases = Vec::new();
             let mut reacquired = 0;
             barrier.wait().await;
             let mut done = 0;
@@ -171,9 +176,10 @@ pub async fn contend(locks: &[Lock], key: &str, tasks: usize, stop: Stop, hold: 
                 holds.push(releasing - acquired);
                 *shared.last_release.lock().unwrap() = Some((task, releasing));
                 guard.release().await;
+                releases.push(releasing.elapsed());
                 done += 1;
             }
-            (waits, holds, handoffs, reacquired, Instant::now())
+            (waits, holds, handoffs, releases, reacquired, Instant::now())
         });
     }
     barrier.wait().await;
@@ -181,7 +187,8 @@ pub async fn contend(locks: &[Lock], key: &str, tasks: usize, stop: Stop, hold: 
     let mut result = Contention::default();
     let mut finished = started;
     while let Some(done) = set.join_next().await {
-        let (waits, holds, handoffs, reacquired, end) = done.expect("contending task");
+        let (waits, holds, handoffs, releases, reacquired, end) = done.expect("contending task");
+        result.releases.extend(releases);
         result.task_waits.push(waits.iter().sum());
         result.waits.extend(waits);
         result.holds.extend(holds);

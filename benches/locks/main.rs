@@ -54,8 +54,9 @@ const BLOCK_LEN: usize = 500;
 /// Tasks of the throughput scenario, and how long each of its rounds lasts.
 const THROUGHPUT_TASKS: usize = 64;
 const THROUGHPUT_ROUND: Duration = Duration::from_millis(1500);
-/// The hold of every contended scenario.
-const HOLD: Duration = Duration::from_millis(1);
+/// The hold of every contended scenario, as asked of `tokio::time::sleep`: its timer
+/// wheel rounds up to the next millisecond, so the real hold (measured) is about 1 ms.
+const HOLD: Duration = Duration::from_micros(500);
 /// Acquisitions per task in the fairness scenario.
 const PER_TASK: usize = 20;
 /// Waiter counts of the handoff and round-trip scenarios.
@@ -330,6 +331,10 @@ async fn run(options: Options) {
         eprintln!("[{:>5.1}s] handoff, {waiters} waiters", began.elapsed().as_secs_f64());
         let total = handoff_total(waiters, scale);
         let rtt = micros(quantile(&scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await, 0.5));
+        let idle_rtt = micros(quantile(
+            &scenarios::idle_ping_block(&mut ping, 100 / scale, HOLD).await,
+            0.5,
+        ));
         rtts.push((waiters as f64, rtt));
         let mut runs = Vec::new();
         for lock in [&redlock, &rslock] {
@@ -354,8 +359,8 @@ async fn run(options: Options) {
                 redlock: Some(mine),
                 rslock: Some(theirs),
                 unit: "µs",
-                limit: format!("RTT {} µs", number(rtt)),
-                ratio: format!("{} RTT", number(mine / rtt)),
+                limit: format!("RTT {} µs (idle {} µs)", number(rtt), number(idle_rtt)),
+                ratio: format!("{} RTT ({} idle)", number(mine / rtt), number(mine / idle_rtt)),
                 target: if q == 0.5 { "≤ 3 RTT".into() } else { "-".into() },
                 verdict: if q == 0.5 {
                     Verdict::of(mine <= 3.0 * rtt && a.violations == 0)
@@ -522,6 +527,33 @@ async fn command_usec(connection: &mut redis::aio::MultiplexedConnection, comman
         .sum()
 }
 
+/// A field of `INFO stats`.
+async fn server_stat(connection: &mut redis::aio::MultiplexedConnection, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(connection)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Calls of `command` so far (`INFO commandstats`).
+async fn command_calls(connection: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(connection)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|line| {
+            let fields = line.strip_prefix("cmdstat_")?.strip_prefix(command)?.strip_prefix(':')?;
+            fields.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 /// Acquisitions of a handoff run: enough for every waiter to hold the lock twice.
 fn handoff_total(waiters: usize, scale: usize) -> usize {
     (200 / scale).max(2 * (waiters + 1))
@@ -590,6 +622,11 @@ fn contention_figures(report: &mut Report, tasks: usize, suffix: &str, a: &Conte
 
 async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f64, scale: usize) {
     let locks = WATCHED / scale;
+    let mut info = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for INFO");
     let client = redlock_runtime::LockClient::builder(url)
         .renew_every(RENEW_EVERY)
         .connect()
@@ -622,8 +659,19 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
     assert_eq!(client.watched_locks(), locks, "every lock is in watchdog renewal");
     // Memory in steady state: after a few renewals, before MONITOR (whose reader thread
     // lives in this process) is attached.
-    tokio::time::sleep(RENEW_EVERY * 3).await;
-    let after_ticks = system::rss_bytes();
+    let mut trend = Vec::new();
+    for _ in 0..4 {
+        tokio::time::sleep(RENEW_EVERY * 2).await;
+        trend.push(system::rss_bytes());
+    }
+    let after_ticks = *trend.iter().max().unwrap_or(&after);
+    // Socket reads Redis made while only the watchdog talks to it: a pipeline of N
+    // commands arrives in a few 16 KiB reads, N separate round trips in N reads.
+    let reads_before = server_stat(&mut info, "total_reads_processed").await;
+    let calls_before = command_calls(&mut info, "evalsha").await;
+    tokio::time::sleep(RENEW_EVERY * 4).await;
+    let reads = server_stat(&mut info, "total_reads_processed").await - reads_before;
+    let calls = command_calls(&mut info, "evalsha").await - calls_before;
     let window = RENEW_EVERY * 4;
     let (_, commands) = monitor.record(tokio::time::sleep(window)).await;
     let renewals: Vec<_> = commands
@@ -667,7 +715,11 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
         rslock: None,
         unit: "",
         limit: "1 pipelined round".into(),
-        ratio: format!("burst span {} ms", number(median(&spans))),
+        ratio: format!(
+            "{} socket reads per tick for {} calls",
+            number(reads as f64 / 4.0),
+            number(calls as f64 / 4.0)
+        ),
         target: "1".into(),
         verdict: Verdict::of((rounds_per_tick - 1.0).abs() < 0.01 && calls_per_tick as usize == locks),
     });
@@ -686,8 +738,10 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
     });
     report.note(format!(
         "watchdog: renew_every {} ms, MONITOR window {} ms = {ticks} ticks; {} renewal bursts of {:?} EVALSHAs, \
-         starting at {starts:?} ms, server-side spans {:?} ms (10,000 sequential round trips would take ≥ {} ms at RTT {} µs); \
-         {others} other top-level commands; RSS {} MiB before, {} MiB after acquiring ({} B/lock), {} MiB after 3 more ticks ({} B/lock)",
+         starting at {starts:?} ms, server-side spans {:?} ms under MONITOR ({locks} sequential round trips would take ≥ {} ms at RTT {} µs); \
+         {others} other top-level commands; without MONITOR, over 4 ticks: {calls} EVALSHA calls arrived in {reads} socket reads \
+         (INFO stats total_reads_processed, incl. the 2 INFO calls); \
+         RSS {} MiB before, {} MiB after acquiring ({} B/lock), then every 2 ticks {:?} MiB; highest {} B/lock",
         RENEW_EVERY.as_millis(),
         window.as_millis(),
         bursts.len(),
@@ -698,7 +752,7 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
         number(before as f64 / 1048576.0),
         number(after as f64 / 1048576.0),
         number(per_lock),
-        number(after_ticks as f64 / 1048576.0),
+        trend.iter().map(|b| number(*b as f64 / 1048576.0)).collect::<Vec<_>>(),
         number(per_lock_ticks),
     ));
     let mut set = tokio::task::JoinSet::new();

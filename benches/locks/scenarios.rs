@@ -21,6 +21,21 @@ pub async fn ping_block(connection: &mut redis::aio::MultiplexedConnection, n: u
     samples
 }
 
+/// `n` PINGs, each after `idle` of sleep: the round trip as a task that was parked
+/// (as a waiter is when the lock is handed to it) sees it.
+pub async fn idle_ping_block(
+    connection: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+    idle: Duration,
+) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        tokio::time::sleep(idle).await;
+        samples.extend(ping_block(connection, 1).await);
+    }
+    samples
+}
+
 /// `n` acquire+release cycles of one free key; each cycle's acquire and release times.
 pub async fn cycle_block(lock: &Lock, key: &str, n: usize) -> Vec<(Duration, Duration)> {
     let mut samples = Vec::with_capacity(n);

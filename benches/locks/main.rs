@@ -183,6 +183,10 @@ async fn run(options: Options) {
         let after = command_usec(&mut ping, commands).await;
         server_time.push((after - before) / n as f64);
     }
+    let per_command = command_durations(&mut ping, &redlock, &rslock, 200 / scale).await;
+    report.note(format!(
+        "Redis's time per command, median from SLOWLOG with a 0 µs threshold: {per_command}"
+    ));
     report.note(format!(
         "uncontended breakdown (median over blocks of p50 / block RTT p50): redlock acquire {} RTT + release {} RTT; \
          rslock acquire {} RTT + release {} RTT; Redis's own time per cycle (INFO commandstats usec): redlock {} µs, rslock {} µs",
@@ -449,10 +453,11 @@ async fn run(options: Options) {
         ));
     }
 
+    monitor.stop();
+
     // 6. 10,000 locks in watchdog mode: renewal rounds per tick, memory per lock.
     eprintln!("[{:>5.1}s] watchdog", began.elapsed().as_secs_f64());
-    watchdog(&mut report, &url, &mut monitor, rtt, scale).await;
-    monitor.stop();
+    watchdog(&mut report, &url, server.port(), rtt, scale).await;
 
     report.add(Figure {
         id: "mutual_exclusion_violations".into(),
@@ -525,6 +530,75 @@ async fn command_usec(connection: &mut redis::aio::MultiplexedConnection, comman
                 .and_then(|usec| usec.parse::<f64>().ok())
         })
         .sum()
+}
+
+/// How long Redis itself spends in each command of a cycle: every command goes to the
+/// SLOWLOG (threshold 0) for `n` cycles of each lock; the median per command and script.
+async fn command_durations(
+    connection: &mut redis::aio::MultiplexedConnection,
+    redlock: &Lock,
+    rslock: &Lock,
+    n: usize,
+) -> String {
+    async fn config(connection: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
+        let _: redis::Value = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query_async(connection)
+            .await
+            .expect("SLOWLOG/CONFIG");
+    }
+    let mut parts = Vec::new();
+    for lock in [redlock, rslock] {
+        config(connection, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
+        config(connection, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+        config(connection, &["SLOWLOG", "RESET"]).await;
+        scenarios::cycle_block(lock, &format!("bench:slowlog:{}", lock.name()), n).await;
+        config(connection, &["CONFIG", "SET", "slowlog-log-slower-than", "10000"]).await;
+        let entries: redis::Value = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(connection)
+            .await
+            .expect("SLOWLOG GET");
+        config(connection, &["SLOWLOG", "RESET"]).await;
+        let mut by_command: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            redis::Value::SimpleString(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        if let redis::Value::Array(entries) = entries {
+            for entry in entries {
+                let redis::Value::Array(fields) = entry else { continue };
+                let (Some(redis::Value::Int(micros)), Some(redis::Value::Array(args))) =
+                    (fields.get(2), fields.get(3))
+                else {
+                    continue;
+                };
+                let name = args.first().map(text).unwrap_or_default().to_ascii_uppercase();
+                if name == "CONFIG" || name == "SLOWLOG" {
+                    continue;
+                }
+                // EVALSHA <sha> <numkeys>: tell the scripts apart by key and argument count.
+                let label = if name == "EVALSHA" {
+                    format!("EVALSHA/{}args", args.len() - 1)
+                } else {
+                    name
+                };
+                by_command.entry(label).or_default().push(*micros as f64);
+            }
+        }
+        parts.push(format!(
+            "{}: {}",
+            lock.name(),
+            by_command
+                .iter()
+                .map(|(name, times)| format!("{name} {} µs (×{})", number(median(times)), times.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    parts.join("; ")
 }
 
 /// A field of `INFO stats`.
@@ -620,7 +694,7 @@ fn contention_figures(report: &mut Report, tasks: usize, suffix: &str, a: &Conte
     ));
 }
 
-async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f64, scale: usize) {
+async fn watchdog(report: &mut Report, url: &str, port: u16, rtt: f64, scale: usize) {
     let locks = WATCHED / scale;
     let mut info = redis::Client::open(url)
         .unwrap()
@@ -673,7 +747,9 @@ async fn watchdog(report: &mut Report, url: &str, monitor: &mut Monitor, rtt: f6
     let reads = server_stat(&mut info, "total_reads_processed").await - reads_before;
     let calls = command_calls(&mut info, "evalsha").await - calls_before;
     let window = RENEW_EVERY * 4;
+    let mut monitor = Monitor::start(port, url).await;
     let (_, commands) = monitor.record(tokio::time::sleep(window)).await;
+    monitor.stop();
     let renewals: Vec<_> = commands
         .iter()
         .filter(|c| !c.from_script && c.name == "EVALSHA")

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,9 @@ pub struct Command {
 /// A running `MONITOR` connection.
 pub struct Monitor {
     lines: Arc<Mutex<Vec<Command>>>,
+    /// Lines are kept only while a window is open, so that the monitor's own memory
+    /// does not grow between measurements (the watchdog scenario measures this process).
+    recording: Arc<AtomicBool>,
     marker: redis::aio::MultiplexedConnection,
     next_mark: u64,
     /// Closed by [`Monitor::stop`]: while a monitor is attached, Redis copies every
@@ -41,11 +45,16 @@ impl Monitor {
         stream.write_all(b"MONITOR\r\n").expect("send MONITOR");
         let lines: Arc<Mutex<Vec<Command>>> = Arc::default();
         let sink = lines.clone();
+        let recording = Arc::new(AtomicBool::new(false));
+        let on = recording.clone();
         let reading = stream.try_clone().expect("clone the MONITOR stream");
         std::thread::spawn(move || {
             let reader = BufReader::new(reading);
             for line in reader.lines() {
                 let Ok(line) = line else { return };
+                if !on.load(Ordering::SeqCst) {
+                    continue;
+                }
                 if let Some(command) = parse(&line) {
                     sink.lock().unwrap().push(command);
                 }
@@ -58,6 +67,7 @@ impl Monitor {
             .expect("connect the marker connection");
         Monitor {
             lines,
+            recording,
             marker,
             next_mark: 0,
             stream,
@@ -74,6 +84,7 @@ impl Monitor {
         self.next_mark += 1;
         let start = format!("bench-mark-start-{}", self.next_mark);
         let end = format!("bench-mark-end-{}", self.next_mark);
+        self.recording.store(true, Ordering::SeqCst);
         self.mark(&start).await;
         let output = work.await;
         self.mark(&end).await;
@@ -90,7 +101,9 @@ impl Monitor {
                         .position(|c| is_mark(c, &start))
                         .expect("the start marker precedes the end marker");
                     let window = lines[begin + 1..stop].to_vec();
-                    lines.drain(..=stop);
+                    lines.clear();
+                    lines.shrink_to_fit();
+                    self.recording.store(false, Ordering::SeqCst);
                     return (output, window);
                 }
             }

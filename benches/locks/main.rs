@@ -224,16 +224,28 @@ async fn run(options: Options) {
     // 2. Throughput on distinct keys, alternating rounds; the server's own ceiling.
     eprintln!("[{:>5.1}s] throughput", began.elapsed().as_secs_f64());
     let mut rounds = [Vec::new(), Vec::new()];
+    let mut cpu = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
     for round in 0..3 {
         for (index, lock) in [&redlock, &rslock].into_iter().enumerate() {
             let tag = format!("r{round}");
-            rounds[index].push(
-                scenarios::throughput(lock, THROUGHPUT_TASKS, THROUGHPUT_ROUND / scale as u32, &tag)
-                    .await,
-            );
+            let (client_before, server_before) = (system::cpu_seconds(), redis_cpu_seconds(&mut ping).await);
+            let duration = THROUGHPUT_ROUND / scale as u32;
+            let rate = scenarios::throughput(lock, THROUGHPUT_TASKS, duration, &tag).await;
+            let cycles = rate * duration.as_secs_f64();
+            cpu[index].0.push((system::cpu_seconds() - client_before) * 1e6 / cycles);
+            cpu[index].1.push((redis_cpu_seconds(&mut ping).await - server_before) * 1e6 / cycles);
+            rounds[index].push(rate);
         }
     }
     let throughput = [median(&rounds[0]), median(&rounds[1])];
+    report.note(format!(
+        "throughput, CPU per cycle (median of 3 rounds): redlock client {} µs + Redis {} µs; rslock client {} µs + Redis {} µs \
+         (the client is this process: /proc/self/stat; Redis: INFO cpu used_cpu_user+sys)",
+        number(median(&cpu[0].0)),
+        number(median(&cpu[0].1)),
+        number(median(&cpu[1].0)),
+        number(median(&cpu[1].1)),
+    ));
     let n = (60_000 / scale).to_string();
     let options_rb = ["-c", "64", "-P", "1", "-n", n.as_str(), "-r", "1000000"];
     let acquire_rps = system::redis_benchmark(
@@ -581,7 +593,8 @@ async fn command_durations(
                 }
                 // EVALSHA <sha> <numkeys>: tell the scripts apart by key and argument count.
                 let label = if name == "EVALSHA" {
-                    format!("EVALSHA/{}args", args.len() - 1)
+                    let keys = args.get(2).map(text).unwrap_or_default();
+                    format!("EVALSHA({keys} keys, {} args)", args.len() - 3)
                 } else {
                     name
                 };
@@ -599,6 +612,21 @@ async fn command_durations(
         ));
     }
     parts.join("; ")
+}
+
+/// CPU seconds the Redis server has used (`INFO cpu`, user + system).
+async fn redis_cpu_seconds(connection: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(connection)
+        .await
+        .expect("INFO cpu");
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_user" | "used_cpu_sys").then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
 }
 
 /// A field of `INFO stats`.

@@ -12,6 +12,23 @@ pub fn rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// CPU seconds this process has used (user + system, from `/proc/self/stat`).
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / clock_ticks_per_second()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    run("getconf", &["CLK_TCK"]).parse().unwrap_or(100.0)
+}
+
 /// Runs `redis-benchmark` against `port` with `args` (a command and its arguments
 /// after the options) and returns the requests per second it reports.
 pub fn redis_benchmark(port: u16, options: &[&str], command: &[&str]) -> Result<f64, String> {

@@ -28,10 +28,13 @@ impl LockState {
             lost: watch::Sender::new(false),
             expires_at: AtomicU64::new(0),
             origin: sent_at,
-            turn: Mutex::new(Some(turn)),
+            turn: Mutex::new(None),
         };
         state.extend_from(sent_at, lease);
-        Arc::new(state)
+        let state = Arc::new(state);
+        turn.set_holder(Arc::downgrade(&state));
+        *state.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
+        state
     }
 
     /// Records a lease of `lease` counted from `sent_at`.
@@ -62,7 +65,7 @@ impl LockState {
         drop(turn);
     }
 
-    async fn lost(&self) {
+    pub(crate) async fn lost(&self) {
         let mut flag = self.lost.subscribe();
         loop {
             if *flag.borrow_and_update() {

@@ -83,11 +83,29 @@ impl LockClient {
     ///
     /// One URL means one server; a comma-separated list means RedLock over those
     /// independent masters (`redis://a:6379/,redis://b:6379/,redis://c:6379/`).
+    /// A `cluster:` prefix means a Redis Cluster reached through the listed seed nodes
+    /// (`cluster:redis://node-a:7000/,redis://node-b:7000/`).
     pub async fn from_env() -> Result<Self, LockError> {
         let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-        Self::builder_for(url.split(',').filter(|part| !part.trim().is_empty()))
+        let (cluster, list) = match url.trim().strip_prefix("cluster:") {
+            Some(seeds) => (true, seeds),
+            None => (false, url.as_str()),
+        };
+        let builder = Self::builder_for(list.split(',').filter(|part| !part.trim().is_empty()));
+        if cluster { builder.cluster() } else { builder }
             .connect()
             .await
+    }
+
+    /// A Redis Cluster, reached through some of its nodes. Each lock lives on the shard
+    /// that owns its key's slot; its fencing counter and release channel (sharded
+    /// pub/sub) are in the same slot.
+    pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_for(seeds).cluster().connect().await
     }
 
     /// Reuses the address and credentials of a `redis::Client` the application already has.
@@ -96,6 +114,7 @@ impl LockClient {
         LockClientBuilder {
             targets: vec![Target::Info(Box::new(client.get_connection_info().clone()))],
             config: ClientConfig::default(),
+            cluster: false,
         }
         .connect()
         .await
@@ -118,6 +137,7 @@ impl LockClient {
                 .map(|url| Target::Url(url.as_ref().trim().to_owned()))
                 .collect(),
             config: ClientConfig::default(),
+            cluster: false,
         }
     }
 
@@ -155,6 +175,7 @@ enum Target {
 pub struct LockClientBuilder {
     targets: Vec<Target>,
     config: ClientConfig,
+    cluster: bool,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -187,6 +208,12 @@ impl LockClientBuilder {
     /// How long one connection attempt may take (default 3 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Treats the URLs as seed nodes of one Redis Cluster instead of RedLock masters.
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
         self
     }
 
@@ -250,14 +277,12 @@ impl LockClientBuilder {
         }
         // Connect to every master at once. With RedLock a master that is down gets a
         // connection that keeps retrying, so it can rejoin the majority later.
-        let redlock = targets.len() > 1;
-        let connected = futures_util::future::join_all(
-            targets
-                .into_iter()
-                .map(|(info, shown)| Node::connect(info, shown, &config, redlock)),
-        )
-        .await;
-        let nodes = connected.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let nodes = if self.cluster {
+            let seeds = targets.into_iter().map(|(info, _)| info).collect();
+            vec![Node::connect_cluster(seeds, url.clone(), &config).await?]
+        } else {
+            Self::connect_masters(targets, &config).await?
+        };
         let masters = Masters::new(nodes, config.node_timeout, config.response_timeout);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(ClientInner {
@@ -269,6 +294,20 @@ impl LockClientBuilder {
             watchdog: Watchdog::default(),
         });
         Ok(LockClient { inner })
+    }
+
+    async fn connect_masters(
+        targets: Vec<(redis::ConnectionInfo, String)>,
+        config: &ClientConfig,
+    ) -> Result<Vec<Node>, LockError> {
+        let redlock = targets.len() > 1;
+        let connected = futures_util::future::join_all(
+            targets
+                .into_iter()
+                .map(|(info, shown)| Node::connect(info, shown, config, redlock)),
+        )
+        .await;
+        connected.into_iter().collect()
     }
 }
 

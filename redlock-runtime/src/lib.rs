@@ -40,6 +40,7 @@
 
 mod acquire;
 mod client;
+mod connection;
 mod error;
 mod guard;
 mod macro_support;

@@ -146,7 +146,7 @@ impl Masters {
         if granted.len() >= self.quorum() && sent_at.elapsed() < self.validity(lease) {
             let fencing_token = granted.iter().map(|(_, token)| *token).max().unwrap_or(0);
             let raised = join_all(granted.iter().map(|(index, _)| {
-                tokio::time::timeout(limit, self.nodes[*index].raise_fence(fencing_token))
+                tokio::time::timeout(limit, self.nodes[*index].raise_fence(key, fencing_token))
             }))
             .await
             .into_iter()

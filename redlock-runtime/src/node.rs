@@ -8,6 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ProtocolVersion, RedisResult, Value};
 
 use crate::client::ClientConfig;
+use crate::connection::{Connection, slot_of};
 use crate::error::LockError;
 use crate::notify::{self, Listener, ReleaseNotifications};
 use crate::scripts;
@@ -22,7 +23,7 @@ pub(crate) enum Attempt {
 /// A connection to one Redis server, shared by every lock of a client.
 pub(crate) struct Node {
     pub(crate) url: String,
-    connection: ConnectionManager,
+    connection: Connection,
     notifications: Arc<ReleaseNotifications>,
 }
 
@@ -70,6 +71,44 @@ impl Node {
                 }
                 Err(error) => return Err(connect_error(error)),
             };
+        let connection = Connection::Server(connection);
+        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        Ok(Node {
+            url,
+            connection,
+            notifications,
+        })
+    }
+
+    /// Connects to a Redis Cluster through its seed nodes (RESP3, sharded pub/sub);
+    /// the cluster client follows MOVED/ASK redirections and failovers.
+    pub(crate) async fn connect_cluster(
+        seeds: Vec<redis::ConnectionInfo>,
+        url: String,
+        config: &ClientConfig,
+    ) -> Result<Node, LockError> {
+        let connect_error = |source| LockError::Connect {
+            url: url.clone(),
+            source,
+        };
+        let handler = notify::push_handler();
+        let push_target = handler.clone();
+        let cluster = redis::cluster::ClusterClientBuilder::new(seeds)
+            .use_protocol(ProtocolVersion::RESP3)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .retries(2)
+            .push_sender(move |push| {
+                notify::on_push(&push_target, push);
+                Ok::<(), ()>(())
+            })
+            .build()
+            .map_err(connect_error)?;
+        let connection = cluster
+            .get_async_connection()
+            .await
+            .map_err(connect_error)?;
+        let connection = Connection::Cluster(connection);
         let notifications = ReleaseNotifications::start(connection.clone(), &handler);
         Ok(Node {
             url,
@@ -83,7 +122,8 @@ impl Node {
         &self,
         key: &str,
     ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
-        self.notifications.listen(scripts::release_channel(key))
+        self.notifications
+            .listen(self.connection.release_channel(key))
     }
 
     /// One run of the acquire script. If this future is dropped while Redis may have
@@ -105,7 +145,7 @@ impl Node {
         // armed `in_flight` then releases whatever it took.
         let (status, value): (i64, Value) = scripts::ACQUIRE
             .key(key)
-            .key(scripts::FENCE_KEY)
+            .key(self.connection.fence_key(key).as_ref())
             .arg(owner)
             .arg(lease_ms)
             .invoke_async(&mut connection)
@@ -130,61 +170,95 @@ impl Node {
             .await
     }
 
-    /// Raises this server's fencing counter to at least `token`.
-    pub(crate) async fn raise_fence(&self, token: u64) -> RedisResult<()> {
+    /// Raises the fencing counter of `key` on this server to at least `token`.
+    pub(crate) async fn raise_fence(&self, key: &str, token: u64) -> RedisResult<()> {
         let mut connection = self.connection.clone();
         scripts::RAISE_FENCE
-            .key(scripts::FENCE_KEY)
+            .key(self.connection.fence_key(key).as_ref())
             .arg(token)
             .invoke_async(&mut connection)
             .await
     }
 
-    /// Renews many locks in one pipelined round trip: 1 renewed, 0 gone, per lock.
+    /// Renews many locks in one pipelined round trip (on a cluster, one per slot in
+    /// use, sent concurrently: a pipeline may not cross slots): 1 renewed, 0 gone.
     pub(crate) async fn renew(
         &self,
         locks: &[(&str, &str)],
         lease_ms: u64,
     ) -> RedisResult<Vec<i64>> {
-        let mut pipeline = redis::pipe();
-        for (key, owner) in locks {
-            pipeline
-                .cmd("EVALSHA")
-                .arg(scripts::EXTEND.get_hash())
-                .arg(1)
-                .arg(*key)
-                .arg(*owner)
-                .arg(lease_ms);
+        if !self.connection.is_cluster() {
+            return renew_pipeline(self.connection.clone(), locks, lease_ms).await;
         }
-        let mut connection = self.connection.clone();
-        let outcome = pipeline.query_async(&mut connection).await;
-        match outcome {
-            Err(error)
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                // Redis restarted (or flushed its scripts): load it, then renew once more.
-                scripts::EXTEND
-                    .prepare_invoke()
-                    .load_async(&mut connection)
-                    .await?;
-                pipeline.query_async(&mut connection).await
+        let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
+            std::collections::HashMap::new();
+        for (index, (key, _)) in locks.iter().enumerate() {
+            by_slot
+                .entry(slot_of(key.as_bytes()))
+                .or_default()
+                .push(index);
+        }
+        let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
+        let replies = futures_util::future::join_all(groups.iter().map(|group| {
+            let batch: Vec<(&str, &str)> = group.iter().map(|&index| locks[index]).collect();
+            let connection = self.connection.clone();
+            async move { renew_pipeline(connection, &batch, lease_ms).await }
+        }))
+        .await;
+        let mut renewed = vec![0; locks.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            for (&index, one) in group.iter().zip(reply?) {
+                renewed[index] = one;
             }
-            other => other,
         }
+        Ok(renewed)
+    }
+}
+
+async fn renew_pipeline(
+    mut connection: Connection,
+    locks: &[(&str, &str)],
+    lease_ms: u64,
+) -> RedisResult<Vec<i64>> {
+    let mut pipeline = redis::pipe();
+    for (key, owner) in locks {
+        pipeline
+            .cmd("EVALSHA")
+            .arg(scripts::EXTEND.get_hash())
+            .arg(1)
+            .arg(*key)
+            .arg(*owner)
+            .arg(lease_ms);
+    }
+    match pipeline.query_async(&mut connection).await {
+        Err(error)
+            if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+        {
+            // Redis restarted (or flushed its scripts): load it, then renew once more.
+            scripts::EXTEND
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await?;
+            pipeline.query_async(&mut connection).await
+        }
+        other => other,
     }
 }
 
 async fn release_on(
-    mut connection: ConnectionManager,
+    mut connection: Connection,
     key: &str,
     owner: &str,
     keep_ms: u64,
 ) -> RedisResult<i64> {
+    let channel = connection.release_channel(key);
+    let publish = connection.publish_command();
     scripts::RELEASE
         .key(key)
         .arg(owner)
         .arg(keep_ms)
-        .arg(scripts::release_channel(key))
+        .arg(channel)
+        .arg(publish)
         .invoke_async(&mut connection)
         .await
 }
@@ -222,7 +296,7 @@ fn parse_attempt(status: i64, value: Value) -> RedisResult<Attempt> {
 
 /// Armed while an acquire script may have run without its reply having been read.
 struct InFlight<'a> {
-    connection: &'a ConnectionManager,
+    connection: &'a Connection,
     key: &'a str,
     owner: &'a str,
     armed: bool,

@@ -14,9 +14,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
-use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::connection::Connection;
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
@@ -67,7 +68,7 @@ pub(crate) fn on_push(handler: &PushHandler, push: PushInfo) {
 
 impl ReleaseNotifications {
     /// Starts the subscription task on `connection` and connects `handler` to it.
-    pub(crate) fn start(connection: ConnectionManager, handler: &PushHandler) -> Arc<Self> {
+    pub(crate) fn start(connection: Connection, handler: &PushHandler) -> Arc<Self> {
         let (requests, receiver) = mpsc::unbounded_channel();
         let notifications = Arc::new(ReleaseNotifications {
             channels: Mutex::new(HashMap::new()),
@@ -181,7 +182,7 @@ impl Drop for Listener {
 }
 
 async fn run_subscriptions(
-    mut connection: ConnectionManager,
+    mut connection: Connection,
     mut requests: mpsc::UnboundedReceiver<Request>,
     notifications: Weak<ReleaseNotifications>,
 ) {

@@ -33,20 +33,27 @@ pub(crate) struct WithSpan<T> {
     pub span: Span,
 }
 
-/// One argument that may be given at most once; remembers where it was first set.
+/// One argument that may be given at most once.
 struct Slot<T> {
     name: &'static str,
-    value: Option<(Ident, T)>,
+    value: Option<T>,
+    /// Given at least once, even with a value that was rejected.
+    given: bool,
 }
 
 impl<T> Slot<T> {
     const fn new(name: &'static str) -> Self {
-        Slot { name, value: None }
+        Slot {
+            name,
+            value: None,
+            given: false,
+        }
     }
 
-    /// Sets the value, or reports a duplicate on the second argument's name.
-    fn set(&mut self, errors: &mut Errors, name: &Ident, value: T) {
-        if self.value.is_some() {
+    /// Records that the argument appears (before its value is checked); reports a
+    /// duplicate on the second occurrence's name.
+    fn given(&mut self, errors: &mut Errors, name: &Ident) {
+        if self.given {
             errors.push(syn::Error::new(
                 name.span(),
                 format_args!(
@@ -54,17 +61,23 @@ impl<T> Slot<T> {
                     self.name
                 ),
             ));
-        } else {
-            self.value = Some((name.clone(), value));
+        }
+        self.given = true;
+    }
+
+    /// Stores the first valid value.
+    fn set(&mut self, value: T) {
+        if self.value.is_none() {
+            self.value = Some(value);
         }
     }
 
     fn get(self) -> Option<T> {
-        self.value.map(|(_, value)| value)
+        self.value
     }
 
-    fn is_set(&self) -> bool {
-        self.value.is_some()
+    fn is_given(&self) -> bool {
+        self.given
     }
 }
 
@@ -122,8 +135,17 @@ impl<'e> ArgsParser<'e> {
             )));
         }
         let value: Expr = meta.value()?.parse()?;
+        match arg.as_str() {
+            "key" => self.key.given(self.errors, &name),
+            "wait" => self.wait.given(self.errors, &name),
+            "lease" => self.lease.given(self.errors, &name),
+            "hold_at_least" => self.hold_at_least.given(self.errors, &name),
+            "client" => self.client.given(self.errors, &name),
+            "on_lost" => self.on_lost.given(self.errors, &name),
+            _ => unreachable!("every name in ARGUMENTS is handled"),
+        }
         if arg == "client" {
-            self.client.set(self.errors, &name, value);
+            self.client.set(value);
             return Ok(());
         }
         let Some(lit) = string_literal(&value) else {
@@ -137,10 +159,10 @@ impl<'e> ArgsParser<'e> {
             return Ok(());
         };
         match arg.as_str() {
-            "key" => self.key.set(self.errors, &name, lit),
+            "key" => self.key.set(lit),
             "wait" => {
                 if let Some(d) = self.duration(&arg, &lit) {
-                    self.wait.set(self.errors, &name, d);
+                    self.wait.set(d);
                 }
             }
             "lease" => {
@@ -152,18 +174,18 @@ impl<'e> ArgsParser<'e> {
                              or omit `lease` to let the watchdog renew the lock while the body runs",
                         ));
                     } else {
-                        self.lease.set(self.errors, &name, d);
+                        self.lease.set(d);
                     }
                 }
             }
             "hold_at_least" => {
                 if let Some(d) = self.duration(&arg, &lit) {
-                    self.hold_at_least.set(self.errors, &name, d);
+                    self.hold_at_least.set(d);
                 }
             }
             "on_lost" => match lit.value().as_str() {
-                "abort" => self.on_lost.set(self.errors, &name, spanned(true, &lit)),
-                "continue" => self.on_lost.set(self.errors, &name, spanned(false, &lit)),
+                "abort" => self.on_lost.set(spanned(true, &lit)),
+                "continue" => self.on_lost.set(spanned(false, &lit)),
                 other => self.errors.push(syn::Error::new(
                     lit.span(),
                     format_args!(
@@ -205,7 +227,7 @@ impl<'e> ArgsParser<'e> {
             client,
             on_lost,
         } = self;
-        if !key.is_set() {
+        if !key.is_given() {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `key` argument: name the lock, e.g. \

@@ -149,7 +149,7 @@ fn bindings(sig: &Signature) -> Vec<(String, Binding)> {
                 }
                 Pat::Wild(_) => {}
                 pat => {
-                    let param = typed.to_token_stream().to_string();
+                    let param = typed.to_token_stream().to_string().replace(" : ", ": ");
                     let mut names = Vec::new();
                     pattern_names(pat, &mut names);
                     for name in names {
@@ -249,7 +249,18 @@ fn resolve(
                 .map(|(name, _)| name.as_str())
                 .collect();
             let fn_name = &sig.ident;
-            return Err(if names.is_empty() {
+            return Err(if root_name == "self" {
+                format!(
+                    "placeholder `<{}>` needs a `self` parameter, but `{fn_name}` is not a method \
+                     ({})",
+                    placeholder.text,
+                    if names.is_empty() {
+                        "it has no parameters".to_string()
+                    } else {
+                        format!("its parameters are {}", args::list(&names))
+                    }
+                )
+            } else if names.is_empty() {
                 format!(
                     "placeholder `<{}>` names no parameter: `{fn_name}` has no parameters; \
                      add one, or write the key without placeholders",
@@ -329,7 +340,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
                 abort_on_lost: #abort_on_lost,
             },
             #body_var,
-        )
+        ).await
     };
 
     quote! {
@@ -340,7 +351,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
             let #body_var = ::redlock_runtime::__private::typed_body::<#return_type, _>(
                 async move #body
             );
-            #run.await
+            #run
         }
     }
 }

@@ -1,0 +1,145 @@
+//! The one error type of the runtime: every variant names the key it is about.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a lock operation failed.
+///
+/// Every variant that concerns a lock carries its key; [`LockError::key`] returns it.
+/// Long keys are shortened in messages (the full key stays in the field).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock was held by another owner for the whole `wait`.
+    #[error("lock `{}` not acquired: held by another owner for the whole wait of {waited:?}", Preview(.key))]
+    Timeout { key: String, waited: Duration },
+
+    /// The lock is no longer ours: its lease ran out, or another owner took it, or it was deleted.
+    #[error("lock `{}` was lost: its lease ran out or another owner took it", Preview(.key))]
+    Lost { key: String },
+
+    /// Redis answered with an error, did not answer in time, or could not be reached.
+    #[error("lock `{}`: Redis failed: {source}", Preview(.key))]
+    Redis {
+        key: String,
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The client could not connect to the Redis it was given.
+    #[error("cannot connect to Redis at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The key cannot be used as a lock name.
+    #[error("invalid lock key `{}`: {reason}", Preview(.key))]
+    InvalidKey { key: String, reason: String },
+
+    /// The options of an acquisition contradict each other or are out of range.
+    #[error("invalid options for lock `{}`: {reason}", Preview(.key))]
+    InvalidOptions { key: String, reason: String },
+
+    /// The key exists in Redis but does not hold a lock written by redlock
+    /// (another type of value, or a value without expiry).
+    #[error("lock `{}`: the Redis key holds a {found} that redlock did not write; refusing to touch it", Preview(.key))]
+    NotALock { key: String, found: String },
+
+    /// Fewer than a majority of the RedLock masters answered.
+    #[error("lock `{}`: only {reached} of the {needed} Redis masters needed for a majority answered", Preview(.key))]
+    NoQuorum {
+        key: String,
+        reached: usize,
+        needed: usize,
+    },
+
+    /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
+    #[error("lock `{}`: no default lock client: {reason}", Preview(.key))]
+    NoDefaultClient { key: String, reason: String },
+}
+
+impl LockError {
+    /// The lock key this error is about (empty for connection errors, which precede any key).
+    pub fn key(&self) -> &str {
+        match self {
+            LockError::Timeout { key, .. }
+            | LockError::Lost { key }
+            | LockError::Redis { key, .. }
+            | LockError::InvalidKey { key, .. }
+            | LockError::InvalidOptions { key, .. }
+            | LockError::NotALock { key, .. }
+            | LockError::NoQuorum { key, .. }
+            | LockError::NoDefaultClient { key, .. } => key,
+            LockError::Connect { .. } => "",
+        }
+    }
+
+    /// True for [`LockError::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// True for [`LockError::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+
+    pub(crate) fn redis(key: &str, source: redis::RedisError) -> Self {
+        LockError::Redis {
+            key: key.to_owned(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid_options(key: &str, reason: impl Into<String>) -> Self {
+        LockError::InvalidOptions {
+            key: key.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Shows a key in a message: escaped (newlines and NULs stay visible) and cut after
+/// 80 characters so that a 1 MiB key does not flood a log line.
+struct Preview<'a>(&'a str);
+
+impl fmt::Display for Preview<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 80;
+        let mut chars = self.0.chars();
+        for c in chars.by_ref().take(SHOWN) {
+            write!(f, "{}", c.escape_debug())?;
+        }
+        let rest = chars.count();
+        if rest > 0 {
+            write!(f, "… ({rest} more characters)")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_key_and_shorten_long_ones() {
+        let short = LockError::Lost {
+            key: "order:42".into(),
+        };
+        assert!(short.to_string().contains("`order:42`"));
+        let long = LockError::InvalidKey {
+            key: "k".repeat(1 << 20),
+            reason: "too long".into(),
+        };
+        let message = long.to_string();
+        assert!(message.len() < 300, "{message}");
+        assert!(message.contains("more characters"));
+        let odd = LockError::Lost {
+            key: "a\nb\0c".into(),
+        };
+        assert!(odd.to_string().contains("a\\nb\\0c"));
+    }
+}

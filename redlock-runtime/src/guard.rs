@@ -1,0 +1,295 @@
+//! The guard of a held lock, and what it shares with the watchdog.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::queue::LocalTurn;
+use crate::scripts;
+
+/// What the guard, the watchdog and `lost()` futures share about one held lock.
+pub(crate) struct LockState {
+    lost: watch::Sender<bool>,
+    /// When the lease runs out at the latest, as nanoseconds after `origin`: measured
+    /// from before the command that set it was sent, so never later than Redis's view.
+    expires_at: AtomicU64,
+    origin: Instant,
+    /// This client's turn at the key; handed on as soon as the lock is known lost.
+    turn: Mutex<Option<LocalTurn>>,
+}
+
+impl LockState {
+    pub(crate) fn new(sent_at: Instant, lease: Duration, turn: LocalTurn) -> Arc<Self> {
+        let state = LockState {
+            lost: watch::Sender::new(false),
+            expires_at: AtomicU64::new(0),
+            origin: sent_at,
+            turn: Mutex::new(Some(turn)),
+        };
+        state.extend_from(sent_at, lease);
+        Arc::new(state)
+    }
+
+    /// Records a lease of `lease` counted from `sent_at`.
+    pub(crate) fn extend_from(&self, sent_at: Instant, lease: Duration) {
+        let end = sent_at.saturating_duration_since(self.origin) + lease;
+        let nanos = u64::try_from(end.as_nanos()).unwrap_or(u64::MAX);
+        self.expires_at.store(nanos, Ordering::Release);
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        let nanos = self.expires_at.load(Ordering::Acquire);
+        self.origin
+            .checked_add(Duration::from_nanos(nanos))
+            .unwrap_or_else(|| self.origin + Duration::from_secs(86_400 * 365 * 30))
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.send_replace(true);
+        self.hand_on_turn();
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow() || Instant::now() >= self.expires_at()
+    }
+
+    fn hand_on_turn(&self) {
+        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(turn);
+    }
+
+    async fn lost(&self) {
+        let mut flag = self.lost.subscribe();
+        loop {
+            if *flag.borrow_and_update() {
+                return;
+            }
+            let expires_at = self.expires_at();
+            if Instant::now() >= expires_at {
+                // Nobody may hold it any more: let this client's next waiter try.
+                self.hand_on_turn();
+                return;
+            }
+            tokio::select! {
+                changed = flag.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(expires_at) => {}
+            }
+        }
+    }
+}
+
+/// A held lock. Release it with [`LockGuard::release`]; dropping it releases it in the
+/// background (never blocking), or, outside a tokio runtime, leaves it to expire.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    key: String,
+    fencing_token: u64,
+    held: Option<Held>,
+}
+
+/// What releasing needs; taken out by `release` so that `Drop` has nothing left to do.
+struct Held {
+    client: LockClient,
+    owner: String,
+    acquired_at: Instant,
+    hold_at_least: Option<Duration>,
+    state: Arc<LockState>,
+    watchdog_id: Option<u64>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+pub(crate) struct Acquired {
+    pub(crate) client: LockClient,
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    pub(crate) fencing_token: u64,
+    pub(crate) sent_at: Instant,
+    pub(crate) lease: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) turn: LocalTurn,
+}
+
+impl LockGuard {
+    pub(crate) fn new(acquired: Acquired) -> Self {
+        let state = LockState::new(acquired.sent_at, acquired.lease, acquired.turn);
+        let watchdog_id = acquired.watchdog.then(|| {
+            acquired.client.inner.watchdog.watch(
+                &acquired.client,
+                acquired.key.clone(),
+                acquired.owner.clone(),
+                state.clone(),
+            )
+        });
+        LockGuard {
+            key: acquired.key,
+            fencing_token: acquired.fencing_token,
+            held: Some(Held {
+                client: acquired.client,
+                owner: acquired.owner,
+                acquired_at: acquired.sent_at,
+                hold_at_least: acquired.hold_at_least,
+                state,
+                watchdog_id,
+            }),
+        }
+    }
+
+    /// The lock's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token of this acquisition: larger than that of every earlier
+    /// acquisition of the same key. Pass it with each write the lock protects, and have
+    /// the storage reject a write carrying a smaller token than one it has seen.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// True once the lock is known gone (found missing or taken by the watchdog or
+    /// `extend`), or its lease may have run out.
+    pub fn is_lost(&self) -> bool {
+        self.held.as_ref().is_none_or(|held| held.state.is_lost())
+    }
+
+    /// Resolves when the lock is known gone or its lease runs out without renewal.
+    pub async fn lost(&self) {
+        if let Some(held) = &self.held {
+            held.state.lost().await;
+        }
+    }
+
+    /// Sets the lease to `lease` from now. In watchdog mode the watchdog keeps renewing
+    /// afterwards with the client's watchdog lease.
+    pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
+        let lease_ms = crate::acquire::lease_millis(&self.key, lease)?;
+        let mut connection = held.client.inner.connection.clone();
+        let sent_at = Instant::now();
+        let extended: i64 = scripts::EXTEND
+            .key(&self.key)
+            .arg(&held.owner)
+            .arg(lease_ms)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(|source| LockError::redis(&self.key, source))?;
+        if extended == 1 {
+            held.state.extend_from(sent_at, lease);
+            tracing::debug!(key = %self.key, ?lease, "redlock.extend");
+            Ok(())
+        } else {
+            held.state.mark_lost();
+            tracing::warn!(key = %self.key, "redlock.lost: extend found the lock gone");
+            Err(self.lost_error())
+        }
+    }
+
+    /// Releases the lock. `Err(LockError::Lost)` when it had expired or been taken:
+    /// another owner's lock is never touched. With `hold_at_least`, a release before
+    /// that time leaves the key in place until it has passed.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        match self.held.take() {
+            Some(held) => held.release(&self.key).await,
+            None => Err(self.lost_error()),
+        }
+    }
+
+    fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl Held {
+    async fn release(self, key: &str) -> Result<(), LockError> {
+        let Held {
+            client,
+            owner,
+            acquired_at,
+            hold_at_least,
+            state,
+            watchdog_id,
+        } = self;
+        if let Some(id) = watchdog_id {
+            client.inner.watchdog.forget(id);
+        }
+        let keep = hold_at_least
+            .and_then(|least| least.checked_sub(acquired_at.elapsed()))
+            .map(|rest| rest.as_millis().max(1) as u64)
+            .unwrap_or(0);
+        let mut connection = client.inner.connection.clone();
+        let outcome: Result<i64, _> = scripts::RELEASE
+            .key(key)
+            .arg(&owner)
+            .arg(keep)
+            .arg(scripts::release_channel(key))
+            .invoke_async(&mut connection)
+            .await;
+        // Only now may this client's next waiter try: Redis has processed the release.
+        state.mark_lost();
+        match outcome {
+            Ok(1) => {
+                tracing::debug!(key, held_for = ?acquired_at.elapsed(), "redlock.release");
+                Ok(())
+            }
+            Ok(2) => {
+                tracing::debug!(
+                    key,
+                    keep_ms = keep,
+                    "redlock.release: kept for hold_at_least"
+                );
+                Ok(())
+            }
+            Ok(_) => {
+                tracing::warn!(
+                    key,
+                    "redlock.lost: released after the lock had expired or been taken"
+                );
+                Err(LockError::Lost {
+                    key: key.to_owned(),
+                })
+            }
+            Err(source) => Err(LockError::redis(key, source)),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let key = std::mem::take(&mut self.key);
+                runtime.spawn(async move {
+                    if let Err(error) = held.release(&key).await {
+                        tracing::debug!(%error, "redlock: background release of a dropped guard");
+                    }
+                });
+            }
+            Err(_) => {
+                // No runtime to talk to Redis: the lease will run out by itself.
+                if let Some(id) = held.watchdog_id {
+                    held.client.inner.watchdog.forget(id);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Release notifications: how a waiter learns, without polling, that a lock was freed.
+//!
+//! A release publishes on the key's channel (see [`crate::scripts::release_channel`]).
+//! The client's one connection speaks RESP3, so published messages arrive on it as push
+//! frames; no second connection is needed. Per channel the client keeps one
+//! subscription and one [`Notify`], shared by every listener of that key, and a
+//! message wakes one listener (`notify_one`), never all of them.
+//!
+//! SUBSCRIBE and UNSUBSCRIBE go through one task, in the order they were asked for, so
+//! that an UNSUBSCRIBE for a listener that just left can never overtake the SUBSCRIBE of
+//! one that just arrived. When the connection drops, every channel is woken: the
+//! waiters re-check the lock, since a release may have happened while they were deaf.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind, RedisResult, Value};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+enum Request {
+    Subscribe(String, oneshot::Sender<RedisResult<()>>),
+    Unsubscribe(String),
+}
+
+struct Channel {
+    wake: Arc<Notify>,
+    listeners: usize,
+}
+
+/// The channels some waiter of this client listens to.
+pub(crate) struct ReleaseNotifications {
+    channels: Mutex<HashMap<Vec<u8>, Channel>>,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl std::fmt::Debug for ReleaseNotifications {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseNotifications")
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the connection's push frames go; holds the notifications weakly so that the
+/// connection does not keep its own client alive.
+pub(crate) type PushHandler = Arc<Mutex<Weak<ReleaseNotifications>>>;
+
+pub(crate) fn push_handler() -> PushHandler {
+    Arc::new(Mutex::new(Weak::new()))
+}
+
+/// Routes one push frame from the connection.
+pub(crate) fn on_push(handler: &PushHandler, push: PushInfo) {
+    let Some(notifications) = handler.lock().ok().and_then(|weak| weak.upgrade()) else {
+        return;
+    };
+    match push.kind {
+        PushKind::Message | PushKind::SMessage => {
+            if let Some(Value::BulkString(channel)) = push.data.first() {
+                notifications.wake_one(channel);
+            }
+        }
+        PushKind::Disconnection => notifications.wake_every_channel(),
+        _ => {}
+    }
+}
+
+impl ReleaseNotifications {
+    /// Starts the subscription task on `connection` and connects `handler` to it.
+    pub(crate) fn start(connection: ConnectionManager, handler: &PushHandler) -> Arc<Self> {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let notifications = Arc::new(ReleaseNotifications {
+            channels: Mutex::new(HashMap::new()),
+            requests,
+        });
+        if let Ok(mut slot) = handler.lock() {
+            *slot = Arc::downgrade(&notifications);
+        }
+        tokio::spawn(run_subscriptions(
+            connection,
+            receiver,
+            Arc::downgrade(&notifications),
+        ));
+        notifications
+    }
+
+    /// Registers a listener of `channel`. The returned future resolves once Redis has
+    /// confirmed the subscription (at once when another listener already had it).
+    pub(crate) fn listen(
+        self: &Arc<Self>,
+        channel: String,
+    ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
+        let wake = {
+            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = channels
+                .entry(channel.clone().into_bytes())
+                .or_insert_with(|| Channel {
+                    wake: Arc::new(Notify::new()),
+                    listeners: 0,
+                });
+            entry.listeners += 1;
+            entry.wake.clone()
+        };
+        let (confirm, confirmed) = oneshot::channel();
+        let _ = self
+            .requests
+            .send(Request::Subscribe(channel.clone(), confirm));
+        let listener = Listener {
+            notifications: self.clone(),
+            channel,
+            wake,
+        };
+        let confirmed = async move {
+            confirmed.await.unwrap_or_else(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the client's subscription task has stopped",
+                )))
+            })
+        };
+        (listener, confirmed)
+    }
+
+    fn wake_one(&self, channel: &[u8]) {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = channels.get(channel) {
+            entry.wake.notify_one();
+        }
+    }
+
+    fn wake_every_channel(&self) {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in channels.values() {
+            entry.wake.notify_one();
+        }
+    }
+
+    fn has_listeners(&self, channel: &str) -> bool {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        channels.contains_key(channel.as_bytes())
+    }
+}
+
+/// One waiter's interest in a key's releases; unsubscribes when the last one goes.
+pub(crate) struct Listener {
+    notifications: Arc<ReleaseNotifications>,
+    channel: String,
+    wake: Arc<Notify>,
+}
+
+impl Listener {
+    /// Resolves at the next release notification (or at once if one came since the last call).
+    pub(crate) async fn released(&self) {
+        self.wake.notified().await;
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let mut channels = self
+            .notifications
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let key = self.channel.as_bytes();
+        let last = match channels.get_mut(key) {
+            Some(entry) => {
+                entry.listeners -= 1;
+                entry.listeners == 0
+            }
+            None => false,
+        };
+        if last {
+            channels.remove(key);
+            let _ = self
+                .notifications
+                .requests
+                .send(Request::Unsubscribe(std::mem::take(&mut self.channel)));
+        }
+    }
+}
+
+async fn run_subscriptions(
+    mut connection: ConnectionManager,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    notifications: Weak<ReleaseNotifications>,
+) {
+    // Channels Redis has confirmed; the connection manager resubscribes them after a reconnect.
+    let mut subscribed: HashSet<String> = HashSet::new();
+    while let Some(request) = requests.recv().await {
+        match request {
+            Request::Subscribe(channel, confirm) => {
+                let result = if subscribed.contains(&channel) {
+                    Ok(())
+                } else {
+                    let result = connection.subscribe(&channel).await;
+                    if result.is_ok() {
+                        subscribed.insert(channel);
+                    }
+                    result
+                };
+                let _ = confirm.send(result);
+            }
+            Request::Unsubscribe(channel) => {
+                let Some(notifications) = notifications.upgrade() else {
+                    return;
+                };
+                // A listener may have come back for the channel since this was asked for.
+                if !notifications.has_listeners(&channel) && subscribed.remove(&channel) {
+                    let _ = connection.unsubscribe(&channel).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The Lua scripts that make each lock operation one atomic round trip.
+//!
+//! Each is a `redis::Script`: sent as EVALSHA, loaded on the NOSCRIPT reply (after a
+//! Redis restart too). The lock key holds the owner's random token and nothing else,
+//! with the lease as its expiry.
+//!
+//! ## Fencing tokens
+//! One counter key, [`FENCE_KEY`], is shared by every lock of a Redis server: the state
+//! fencing needs is one key, however many lock names are ever used. Acquisition sets
+//! the counter to `max(counter + 1, server time in microseconds)` and returns it, so:
+//! - tokens strictly increase per key (they strictly increase across all keys);
+//! - they keep increasing after Redis restarts empty (no persistence), because the
+//!   floor is the server clock, as long as that clock does not step back and fewer
+//!   than a million locks a second were taken before the restart;
+//! - they stay below 2^53, exact in Lua's doubles, until the year 2255.
+
+use std::sync::LazyLock;
+
+/// The key of the shared fencing counter.
+pub(crate) const FENCE_KEY: &str = "redlock:fence";
+
+/// Prefix of the channel a release is published on; the lock key follows it.
+pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
+
+/// KEYS: lock, fence counter. ARGV: owner token, lease in ms.
+/// Returns `{1, token}` when acquired, `{0, pttl}` when held by another owner,
+/// `{-1, type}` when the key holds something redlock did not write.
+pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  local token = math.max(last + 1, floor)
+  local text = string.format('%.0f', token)
+  redis.call('SET', KEYS[2], text)
+  return {1, text}
+end
+local ttl = redis.call('PTTL', KEYS[1])
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if ttl < 0 or kind ~= 'string' then
+  return {-1, kind}
+end
+return {0, ttl}
+"#,
+    )
+});
+
+/// KEYS: lock. ARGV: owner token, ms to keep the key (0: delete it), release channel.
+/// Returns 1 when deleted (and published), 2 when kept for `hold_at_least`, 0 when the
+/// lock was not ours any more.
+pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 2
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[3], '')
+return 1
+"#,
+    )
+});
+
+/// KEYS: lock. ARGV: owner token, new lease in ms. Returns 1 when extended, 0 when not ours.
+pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// The channel a release of `key` is published on.
+pub(crate) fn release_channel(key: &str) -> String {
+    let mut channel = String::with_capacity(RELEASE_CHANNEL_PREFIX.len() + key.len());
+    channel.push_str(RELEASE_CHANNEL_PREFIX);
+    channel.push_str(key);
+    channel
+}

@@ -1,0 +1,148 @@
+//! Lease renewal of the locks held without a fixed lease ("watchdog mode").
+//!
+//! One task per client, started with its first such lock, renews every lock the
+//! client holds in one pipelined round trip per tick: not a task and a timer per lock.
+//! A lock the renewal finds gone, or that could not be renewed before its lease ran
+//! out, is marked lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::time::Instant;
+
+use crate::client::{ClientInner, LockClient};
+use crate::guard::LockState;
+use crate::scripts;
+
+struct Watched {
+    key: String,
+    owner: String,
+    state: Arc<LockState>,
+}
+
+/// The locks a client's watchdog renews.
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    locks: Mutex<HashMap<u64, Arc<Watched>>>,
+    next_id: AtomicU64,
+    started: AtomicBool,
+}
+
+impl Watchdog {
+    /// Starts renewing a lock; returns the id to [`Watchdog::forget`] it with.
+    pub(crate) fn watch(
+        &self,
+        client: &LockClient,
+        key: String,
+        owner: String,
+        state: Arc<LockState>,
+    ) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Arc::new(Watched { key, owner, state }));
+        if !self.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(renew_forever(Arc::downgrade(&client.inner)));
+        }
+        id
+    }
+
+    pub(crate) fn forget(&self, id: u64) {
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// How many locks are being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn snapshot(&self) -> Vec<(u64, Arc<Watched>)> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(id, watched)| (*id, watched.clone()))
+            .collect()
+    }
+}
+
+/// Ticks until the client is gone.
+async fn renew_forever(client: Weak<ClientInner>) {
+    let Some(every) = client.upgrade().map(|c| c.config.renew_every) else {
+        return;
+    };
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        renew_all(&client).await;
+    }
+}
+
+/// One renewal round: one pipeline carrying an EXTEND per held lock.
+pub(crate) async fn renew_all(client: &ClientInner) {
+    let locks = client.watchdog.snapshot();
+    if locks.is_empty() {
+        return;
+    }
+    let lease = client.config.watchdog_lease;
+    let lease_ms = lease.as_millis() as u64;
+    let mut pipeline = redis::pipe();
+    for (_, watched) in &locks {
+        pipeline
+            .cmd("EVALSHA")
+            .arg(scripts::EXTEND.get_hash())
+            .arg(1)
+            .arg(&watched.key)
+            .arg(&watched.owner)
+            .arg(lease_ms);
+    }
+    let mut connection = client.connection.clone();
+    let sent_at = Instant::now();
+    let mut outcome: redis::RedisResult<Vec<i64>> = pipeline.query_async(&mut connection).await;
+    if matches!(&outcome, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+    {
+        // Redis restarted (or flushed its scripts): load the script, then renew once more.
+        outcome = match scripts::EXTEND
+            .prepare_invoke()
+            .load_async(&mut connection)
+            .await
+        {
+            Ok(_) => pipeline.query_async(&mut connection).await,
+            Err(error) => Err(error),
+        };
+    }
+    match outcome {
+        Ok(renewed) => {
+            for ((id, watched), renewed) in locks.iter().zip(renewed) {
+                if renewed == 1 {
+                    watched.state.extend_from(sent_at, lease);
+                } else {
+                    tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
+                    client.watchdog.forget(*id);
+                    watched.state.mark_lost();
+                }
+            }
+            tracing::trace!(locks = locks.len(), "redlock.renew");
+        }
+        Err(error) => {
+            tracing::warn!(%error, locks = locks.len(), "redlock.renew failed");
+            for (id, watched) in &locks {
+                if watched.state.is_lost() {
+                    tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
+                    client.watchdog.forget(*id);
+                    watched.state.mark_lost();
+                }
+            }
+        }
+    }
+}

@@ -300,9 +300,9 @@ fn optional_duration(d: Option<&WithSpan<Duration>>) -> TokenStream {
     match d {
         Some(d) => {
             let d = duration(d.value);
-            quote!(::core::option::Option::Some(#d))
+            quote!(::redlock_runtime::__private::Option::Some(#d))
         }
-        None => quote!(::core::option::Option::None),
+        None => quote!(::redlock_runtime::__private::Option::None),
     }
 }
 
@@ -319,9 +319,9 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
 
     let client = match &args.client {
         Some(expr) => quote_spanned! {expr.span()=>
-            ::core::option::Option::Some(::redlock_runtime::__private::client_from(&(#expr)))
+            ::redlock_runtime::__private::Option::Some(::redlock_runtime::__private::client_from(&(#expr)))
         },
-        None => quote!(::core::option::Option::None),
+        None => quote!(::redlock_runtime::__private::Option::None),
     };
     let wait = duration(args.wait.as_ref().map_or(Duration::ZERO, |w| w.value));
     let lease = optional_duration(args.lease.as_ref());

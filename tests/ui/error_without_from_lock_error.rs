@@ -13,11 +13,4 @@ async fn pay_order(id: u64) -> Result<(), PayError> {
     Ok(())
 }
 
-// `io::Result` passes the macro's check; `io::Error` has no `From<LockError>`.
-#[distributed_lock(key = "file:<id>")]
-async fn write_file(id: u64) -> std::io::Result<()> {
-    let _ = id;
-    Ok(())
-}
-
 fn main() {}

@@ -1,5 +1,5 @@
 // Any return type whose path ends in `Result` is accepted: `anyhow::Result`-like, a crate's own
-// alias. (`io::Result` is accepted by the macro too, see `error_without_from_lock_error.rs`.)
+// alias. (`io::Result<T>` passes the macro too, but `io::Error` has no `From<LockError>`.)
 use redlock_runtime::{LockError, distributed_lock};
 
 mod anyhow {

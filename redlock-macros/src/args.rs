@@ -14,7 +14,8 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr};
 use crate::errors::Errors;
 
 /// Every argument the attribute accepts, in the order the docs list them.
-pub(crate) const ARGUMENTS: &[&str] = &["key", "wait", "lease", "hold_at_least", "client", "on_lost"];
+pub(crate) const ARGUMENTS: &[&str] =
+    &["key", "wait", "lease", "hold_at_least", "client", "on_lost"];
 
 /// The parsed, validated arguments.
 pub(crate) struct Args {
@@ -151,10 +152,7 @@ impl<'e> ArgsParser<'e> {
         let Some(lit) = string_literal(&value) else {
             self.errors.push(syn::Error::new_spanned(
                 &value,
-                format_args!(
-                    "`{arg}` takes a string literal, e.g. {}",
-                    example(&arg)
-                ),
+                format_args!("`{arg}` takes a string literal, e.g. {}", example(&arg)),
             ));
             return Ok(());
         };
@@ -236,18 +234,18 @@ impl<'e> ArgsParser<'e> {
         }
         let lease = lease.get();
         let hold_at_least = hold_at_least.get();
-        if let (Some(lease), Some(hold)) = (&lease, &hold_at_least) {
-            if hold.value > lease.value {
-                errors.push(syn::Error::new(
-                    hold.span,
-                    format_args!(
-                        "`hold_at_least` ({}) is longer than `lease` ({}): the lock would expire \
+        if let (Some(lease), Some(hold)) = (&lease, &hold_at_least)
+            && hold.value > lease.value
+        {
+            errors.push(syn::Error::new(
+                hold.span,
+                format_args!(
+                    "`hold_at_least` ({}) is longer than `lease` ({}): the lock would expire \
                          before it may be released; shorten `hold_at_least` or lengthen `lease`",
-                        humantime::format_duration(hold.value),
-                        humantime::format_duration(lease.value)
-                    ),
-                ));
-            }
+                    humantime::format_duration(hold.value),
+                    humantime::format_duration(lease.value)
+                ),
+            ));
         }
         Args {
             key: key.get(),

@@ -144,9 +144,10 @@ fn bindings(sig: &Signature) -> Vec<(String, Binding)> {
         match input {
             FnArg::Receiver(_) => out.push(("self".to_string(), Binding::Receiver)),
             FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(pat) => {
-                    out.push((pat.ident.unraw().to_string(), Binding::Param(pat.ident.clone())))
-                }
+                Pat::Ident(pat) => out.push((
+                    pat.ident.unraw().to_string(),
+                    Binding::Param(pat.ident.clone()),
+                )),
                 Pat::Wild(_) => {}
                 pat => {
                     let param = typed.to_token_stream().to_string().replace(" : ", ": ");
@@ -225,7 +226,10 @@ fn resolve(
     sig: &Signature,
     span: Span,
 ) -> Result<TokenStream, String> {
-    let root_name = placeholder.root.strip_prefix("r#").unwrap_or(&placeholder.root);
+    let root_name = placeholder
+        .root
+        .strip_prefix("r#")
+        .unwrap_or(&placeholder.root);
     let found = bindings.iter().find(|(name, _)| name == root_name);
     let root = match found {
         Some((_, Binding::Param(ident))) => {

@@ -111,9 +111,11 @@ pub(crate) fn parse_str(template: &str) -> Result<Vec<Part>, Vec<String>> {
 
 fn placeholder(inner: &str) -> Result<Placeholder, String> {
     if inner.is_empty() {
-        return Err("empty placeholder `<>` in the key: write a parameter name between the \
+        return Err(
+            "empty placeholder `<>` in the key: write a parameter name between the \
                     brackets, e.g. `<id>`, or `<<>>` for a literal `<>`"
-            .to_string());
+                .to_string(),
+        );
     }
     let invalid = || {
         format!(
@@ -151,9 +153,7 @@ fn placeholder(inner: &str) -> Result<Placeholder, String> {
 fn is_identifier(s: &str) -> bool {
     let s = s.strip_prefix("r#").unwrap_or(s);
     let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_alphabetic())
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
         && chars.all(|c| c == '_' || c.is_alphanumeric())
         && s != "_"
 }
@@ -194,7 +194,10 @@ mod tests {
         );
         assert_eq!(
             parse_str("<self.pair.0>").unwrap(),
-            vec![ph("self", vec![Field::Named("pair".into()), Field::Index(0)])]
+            vec![ph(
+                "self",
+                vec![Field::Named("pair".into()), Field::Index(0)]
+            )]
         );
     }
 

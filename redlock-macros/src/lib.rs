@@ -2,8 +2,8 @@
 //!
 //! Use it through `redlock-runtime`: the code it generates calls that crate.
 //!
-//! Layout: [`args`] parses the attribute's arguments, [`key`] the key template, [`item`]
-//! the function's signature; [`expand`] checks them together and generates the code.
+//! Layout: `args` parses the attribute's arguments, `key` the key template, `item` the
+//! function's signature; `expand` checks them together and generates the code.
 
 mod args;
 mod errors;
@@ -15,13 +15,18 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn` while holding a distributed lock on Redis.
 ///
-/// ```rust,ignore
+/// ```no_run
 /// use redlock_runtime::distributed_lock;
+/// # use redlock_runtime::LockError;
+/// # pub struct Receipt;
+/// # pub enum PayError { Lock(LockError) }
+/// # impl From<LockError> for PayError { fn from(e: LockError) -> Self { PayError::Lock(e) } }
 ///
 /// #[distributed_lock(key = "order:<id>", wait = "3s", lease = "10s")]
 /// async fn pay_order(id: u64, amount: u64) -> Result<Receipt, PayError> {
-///     // Only one process at a time gets here for a given `id`.
-/// #   todo!()
+///     // Only one caller at a time, in any process, gets here for a given `id`.
+/// #   let _ = amount;
+/// #   Ok(Receipt)
 /// }
 /// ```
 ///
@@ -57,27 +62,45 @@ use proc_macro::TokenStream;
 ///
 /// # Equivalent code without the macro
 ///
-/// The example above expands to roughly this (the generated code also propagates
-/// losing the lock into the body and supports reentrancy):
+/// The example above does what this code does with the runtime's builder API:
 ///
-/// ```rust,ignore
+/// ```no_run
+/// # use redlock_runtime::{LockClient, LockError};
+/// # use std::time::Duration;
+/// # pub struct Receipt;
+/// # pub enum PayError { Lock(LockError) }
+/// # impl From<LockError> for PayError { fn from(e: LockError) -> Self { PayError::Lock(e) } }
+/// # static LOCKS: std::sync::LazyLock<LockClient> = std::sync::LazyLock::new(|| unimplemented!());
 /// async fn pay_order(id: u64, amount: u64) -> Result<Receipt, PayError> {
-///     let client = redlock_runtime::default_client();
+///     // The `client = ...` argument, or the client given to `set_default_client`.
+///     let client: &LockClient = &LOCKS;
 ///     let guard = client
 ///         .lock(format!("order:{}", id))
 ///         .wait(Duration::from_secs(3))
 ///         .lease(Duration::from_secs(10))
 ///         .acquire()
 ///         .await?;
-///     // `guard.fencing_token()` is available to pass to storage that checks it.
+///     // The fencing token to pass along with the writes the lock protects
+///     // (`redlock_runtime::current_lock()` returns it inside the macro's body).
+///     let _token = guard.fencing_token();
+///     let body = async move {
+///         // The function's body.
+/// #       let _ = amount;
+/// #       Ok(Receipt)
+///     };
 ///     let result = tokio::select! {
-///         result = async move { /* the body */ } => result,
-///         lost = guard.lost() => return Err(lost.into()),
+///         result = body => result,
+///         // on_lost = "abort": stop the body when the lock is lost.
+///         () = guard.lost() => return Err(LockError::Lost { key: guard.key().to_owned() }.into()),
 ///     };
 ///     guard.release().await?;
 ///     result
 /// }
 /// ```
+///
+/// The generated code also returns `Err(LockError::Lost)` if the release finds the lock
+/// gone with `on_lost = "abort"`, and skips locking when the same task already holds
+/// the key through an enclosing `#[distributed_lock]` call (reentrancy).
 ///
 /// With `hold_at_least = "…"` the builder also gets `.hold_at_least(d)`; with
 /// `on_lost = "continue"` the body is simply awaited without watching `guard.lost()`.

@@ -4,7 +4,7 @@
 //! #(#attrs)* #vis #sig {
 //!     let __key = format!("order:{}", id);            // before the body moves `id`
 //!     let __client = Some(client_from(&(self.locks)));  // or None: the default client
-//!     let __body = typed_body::<#return_type, _>(async move #body);
+//!     let __body = typed_body::<#body_type, _>(async move #body);
 //!     run_locked(__client, __key, LockSpec { .. }, __body).await
 //! }
 //! ```
@@ -310,6 +310,41 @@ fn optional_duration(d: Option<&WithSpan<Duration>>) -> TokenStream {
     }
 }
 
+/// The return type as a turbofish argument: `impl Trait` (not allowed there) becomes `_`.
+fn body_type(ty: &Type) -> Type {
+    let mut ty = ty.clone();
+    infer_impl_trait(&mut ty);
+    ty
+}
+
+fn infer_impl_trait(ty: &mut Type) {
+    match ty {
+        Type::ImplTrait(_) => *ty = syn::parse_quote!(_),
+        Type::Path(path) => {
+            if let Some(qself) = &mut path.qself {
+                infer_impl_trait(&mut qself.ty);
+            }
+            for segment in &mut path.path.segments {
+                if let syn::PathArguments::AngleBracketed(args) = &mut segment.arguments {
+                    for arg in &mut args.args {
+                        if let syn::GenericArgument::Type(ty) = arg {
+                            infer_impl_trait(ty);
+                        }
+                    }
+                }
+            }
+        }
+        Type::Array(array) => infer_impl_trait(&mut array.elem),
+        Type::Group(group) => infer_impl_trait(&mut group.elem),
+        Type::Paren(paren) => infer_impl_trait(&mut paren.elem),
+        Type::Ptr(ptr) => infer_impl_trait(&mut ptr.elem),
+        Type::Reference(reference) => infer_impl_trait(&mut reference.elem),
+        Type::Slice(slice) => infer_impl_trait(&mut slice.elem),
+        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(infer_impl_trait),
+        _ => {}
+    }
+}
+
 fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStream) -> TokenStream {
     let LockedFn {
         attrs,
@@ -331,6 +366,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
     let lease = optional_duration(args.lease.as_ref());
     let hold_at_least = optional_duration(args.hold_at_least.as_ref());
     let abort_on_lost = args.abort_on_lost;
+    let body_type = body_type(return_type);
 
     // Spanned on the return type: an error type without `From<LockError>` is reported there.
     let run = quote_spanned! {return_type.span()=>
@@ -352,7 +388,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
         #vis #sig {
             let #key_var: ::redlock_runtime::__private::String = #key;
             let #client_var = #client;
-            let #body_var = ::redlock_runtime::__private::typed_body::<#return_type, _>(
+            let #body_var = ::redlock_runtime::__private::typed_body::<#body_type, _>(
                 async move #body
             );
             #run

@@ -42,3 +42,13 @@ fn main() {
     let _ = borrowed("a", &mut buffer);
     let _ = elided("a");
 }
+
+// `impl Trait` in the return type (not allowed in the turbofish the expansion writes).
+#[distributed_lock(key = "item:<id>")]
+async fn returns_impl_trait(id: u64) -> Result<(impl Display, Vec<impl Debug>), LockError> {
+    Ok((id, vec![id]))
+}
+
+fn _more() {
+    let _ = returns_impl_trait(1);
+}

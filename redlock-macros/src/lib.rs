@@ -43,7 +43,7 @@ use proc_macro::TokenStream;
 /// | `wait` | duration string | `"0s"` | How long to wait for the lock; `"0s"` makes one attempt. On timeout the body does not run and the function returns the `LockError`. |
 /// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. Must be longer than zero. |
 /// | `hold_at_least` | duration string | none | Keeps the lock at least this long even if the body finishes sooner (e.g. to rate-limit a job). Must not exceed `lease` when both are given. |
-/// | `client` | expression | default client | The `LockClient` to use: a `LockClient`, `&LockClient` or `Arc<LockClient>`, e.g. `client = self.locks` or `client = &*LOCKS`. Omitted: the client set with `redlock_runtime::set_default_client`. |
+/// | `client` | expression | default client | The `LockClient` to use: a `LockClient`, `&LockClient` or `Arc<LockClient>`, e.g. `client = self.locks` or `client = &*LOCKS`. Omitted: the client set with `redlock_runtime::set_default_client`, or else one connected once to `REDLOCK_URL` (default `redis://127.0.0.1:6379/`). |
 /// | `on_lost` | `"abort"` or `"continue"` | `"abort"` | What happens when the lock is lost while the body runs (lease expired, key deleted): `"abort"` stops the body at its next `.await` and returns the `LockError`; `"continue"` lets it finish. |
 ///
 /// Durations use [humantime]'s grammar: `"250ms"`, `"3s"`, `"1m30s"`, `"2h"`. They are
@@ -70,10 +70,9 @@ use proc_macro::TokenStream;
 /// # pub struct Receipt;
 /// # pub enum PayError { Lock(LockError) }
 /// # impl From<LockError> for PayError { fn from(e: LockError) -> Self { PayError::Lock(e) } }
-/// # static LOCKS: std::sync::LazyLock<LockClient> = std::sync::LazyLock::new(|| unimplemented!());
 /// async fn pay_order(id: u64, amount: u64) -> Result<Receipt, PayError> {
-///     // The `client = ...` argument, or the client given to `set_default_client`.
-///     let client: &LockClient = &LOCKS;
+///     // The `client = ...` argument, or else the default client.
+///     let client: LockClient = redlock_runtime::default_client().await?;
 ///     let guard = client
 ///         .lock(format!("order:{}", id))
 ///         .wait(Duration::from_secs(3))
@@ -99,8 +98,14 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// The generated code also returns `Err(LockError::Lost)` if the release finds the lock
-/// gone with `on_lost = "abort"`, and skips locking when the same task already holds
-/// the key through an enclosing `#[distributed_lock]` call (reentrancy).
+/// gone with `on_lost = "abort"` — even when the body had completed: its work was then
+/// not exclusive for all of its run, and the caller should know (writes guarded by the
+/// fencing token were rejected by a storage that checks it). With `"continue"` such a
+/// release failure is logged and the body's result returned.
+///
+/// Reentrancy: the generated code skips locking when the same task already holds the
+/// key *with the same client* through an enclosing `#[distributed_lock]` call. A nested
+/// call through another `LockClient` is a different owner and waits like any other.
 ///
 /// With `hold_at_least = "…"` the builder also gets `.hold_at_least(d)`; with
 /// `on_lost = "continue"` the body is simply awaited without watching `guard.lost()`.

@@ -101,6 +101,17 @@ impl LockError {
     }
 }
 
+/// For functions returning `std::io::Result`: a timeout is `TimedOut`, the rest `Other`.
+impl From<LockError> for std::io::Error {
+    fn from(error: LockError) -> Self {
+        let kind = match error {
+            LockError::Timeout { .. } => std::io::ErrorKind::TimedOut,
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, error)
+    }
+}
+
 /// Shows a key in a message: escaped (newlines and NULs stay visible) and cut after
 /// 80 characters so that a 1 MiB key does not flood a log line.
 struct Preview<'a>(&'a str);

@@ -247,7 +247,12 @@ async fn contend(
                 write(store, recorder, id, guard.fencing_token()).await;
             }
             _ => {
-                tokio::task::yield_now().await;
+                // Short holds, some a little longer: a wider window for an overlap to show.
+                if seq % 5 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
                 write(store, recorder, id, guard.fencing_token()).await;
             }
         }

@@ -211,8 +211,8 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
     tokio::time::sleep(renew_every * 3).await;
     assert!(!guard.is_lost(), "the watchdog let the lock go");
 
-    tokio::task::block_in_place(|| fixture.lock.restart());
-    let restarted = Instant::now();
+    // Contenders wait for the lock (their retry would come only at the 10 s lease end),
+    // then Redis restarts empty under everyone.
     let mut spec = fixture.spec("restarted");
     spec.tasks = 2;
     spec.holds = 20;
@@ -223,6 +223,14 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
             workers::run_contenders(&spec, &contender_client, &store, &log).await;
         })
     };
+    let waiting = eventually(Duration::from_secs(5), async || {
+        !fixture.lock.client_ids(|line| line.contains(" sub=1 ")).is_empty()
+    })
+    .await;
+    assert!(waiting, "the contenders never started waiting");
+    tokio::task::block_in_place(|| fixture.lock.restart());
+    let restarted = Instant::now();
+    let restarted_at = clock::now();
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("the guard never noticed the lock was gone");
@@ -245,6 +253,20 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
     assert!(
         history.holds.iter().filter(|h| h.id.proc == 2).all(|h| h.token > token),
         "a token after the restart is not above the one before it"
+    );
+    // The waiters re-checked when their connection dropped: they did not sleep until
+    // the lease end they had been told.
+    let first = history
+        .holds
+        .iter()
+        .filter(|h| h.id.proc == 2)
+        .map(|h| h.t_acq)
+        .min()
+        .unwrap();
+    assert!(
+        clock::span(restarted_at, first) < Duration::from_secs(3),
+        "the first waiter took the lock {:?} after the restart",
+        clock::span(restarted_at, first)
     );
     fixture.assert_key_gone("restarted", spec.lease.unwrap()).await;
 }

@@ -1,16 +1,16 @@
-//! The lock client: one multiplexed Redis connection shared by every lock it takes.
+//! The lock client: one multiplexed Redis connection per server, shared by every lock it takes.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion};
+use redis::IntoConnectionInfo;
 
 use crate::acquire::LockRequest;
 use crate::error::LockError;
-use crate::notify::{self, ReleaseNotifications};
+use crate::masters::Masters;
+use crate::node::Node;
 use crate::queue::LocalQueues;
 use crate::watchdog::Watchdog;
 
@@ -29,6 +29,7 @@ pub(crate) struct ClientConfig {
     pub(crate) renew_every: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) node_timeout: Option<Duration>,
 }
 
 impl Default for ClientConfig {
@@ -38,6 +39,7 @@ impl Default for ClientConfig {
             renew_every: Duration::from_secs(10),
             response_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(3),
+            node_timeout: None,
         }
     }
 }
@@ -54,9 +56,8 @@ pub struct LockClient {
 pub(crate) struct ClientInner {
     pub(crate) id: u64,
     pub(crate) url: String,
-    pub(crate) connection: ConnectionManager,
+    pub(crate) masters: Masters,
     pub(crate) config: ClientConfig,
-    pub(crate) notifications: Arc<ReleaseNotifications>,
     pub(crate) queues: Arc<LocalQueues>,
     pub(crate) watchdog: Watchdog,
 }
@@ -79,16 +80,21 @@ impl LockClient {
     }
 
     /// Connects to `REDLOCK_URL`, or to [`DEFAULT_URL`] when it is not set.
+    ///
+    /// One URL means one server; a comma-separated list means RedLock over those
+    /// independent masters (`redis://a:6379/,redis://b:6379/,redis://c:6379/`).
     pub async fn from_env() -> Result<Self, LockError> {
         let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-        Self::connect(&url).await
+        Self::builder_for(url.split(',').filter(|part| !part.trim().is_empty()))
+            .connect()
+            .await
     }
 
     /// Reuses the address and credentials of a `redis::Client` the application already has.
     /// The lock client opens its own connection (in RESP3, for push notifications).
     pub async fn from_redis(client: redis::Client) -> Result<Self, LockError> {
         LockClientBuilder {
-            target: Target::Info(Box::new(client.get_connection_info().clone())),
+            targets: vec![Target::Info(Box::new(client.get_connection_info().clone()))],
             config: ClientConfig::default(),
         }
         .connect()
@@ -97,10 +103,32 @@ impl LockClient {
 
     /// A builder for a client with non-default settings.
     pub fn builder(url: &str) -> LockClientBuilder {
+        Self::builder_for([url])
+    }
+
+    /// A builder for RedLock over independent masters (one URL: a single server).
+    pub fn builder_for<I, S>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
         LockClientBuilder {
-            target: Target::Url(url.to_owned()),
+            targets: urls
+                .into_iter()
+                .map(|url| Target::Url(url.as_ref().trim().to_owned()))
+                .collect(),
             config: ClientConfig::default(),
         }
+    }
+
+    /// RedLock over N independent masters: every operation needs a majority of them.
+    /// Connects even when a minority cannot be reached (they are retried on every use).
+    pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_for(urls).connect().await
     }
 
     /// Starts building an acquisition of the lock named `key`.
@@ -125,7 +153,7 @@ enum Target {
 
 /// Settings of a [`LockClient`] before it connects.
 pub struct LockClientBuilder {
-    target: Target,
+    targets: Vec<Target>,
     config: ClientConfig,
 }
 
@@ -162,79 +190,81 @@ impl LockClientBuilder {
         self
     }
 
+    /// Per-master timeout of a RedLock acquisition (default: a tenth of the lease,
+    /// between 50 ms and the response timeout). Unused with one server.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+
     /// Connects. Fails within about twice the connect timeout when Redis cannot be reached.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let config = self.config;
-        let (info, url) = match self.target {
-            Target::Url(url) => {
-                let shown = redact(&url);
-                let info =
-                    url.as_str()
-                        .into_connection_info()
-                        .map_err(|source| LockError::Connect {
+        let mut targets = Vec::with_capacity(self.targets.len());
+        for target in self.targets {
+            targets.push(match target {
+                Target::Url(url) => {
+                    let shown = redact(&url);
+                    let info = url.as_str().into_connection_info().map_err(|source| {
+                        LockError::Connect {
                             url: shown.clone(),
                             source,
-                        })?;
-                (info, shown)
-            }
-            Target::Info(info) => {
-                let shown = info.addr().to_string();
-                (*info, shown)
-            }
-        };
-        let check = |what: &str, value: Duration| {
-            if value.is_zero() {
-                Err(LockError::Connect {
-                    url: url.clone(),
-                    source: redis::RedisError::from((
-                        redis::ErrorKind::InvalidClientConfig,
-                        "invalid client setting",
-                        format!("{what} must be above zero"),
-                    )),
-                })
-            } else {
-                Ok(())
-            }
-        };
-        check("watchdog_lease", config.watchdog_lease)?;
-        check("renew_every", config.renew_every)?;
-        check("response_timeout", config.response_timeout)?;
-        check("connect_timeout", config.connect_timeout)?;
-
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
-        let connect_error = |source| LockError::Connect {
-            url: url.clone(),
-            source,
-        };
-        let redis_client = redis::Client::open(info).map_err(connect_error)?;
-        let handler = notify::push_handler();
-        let push_target = handler.clone();
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500))
-            .set_automatic_resubscription()
-            .set_pipeline_buffer_size(1024)
-            .set_push_sender(move |push| {
-                notify::on_push(&push_target, push);
-                Ok::<(), ()>(())
+                        }
+                    })?;
+                    (info, shown)
+                }
+                Target::Info(info) => {
+                    let shown = info.addr().to_string();
+                    (*info, shown)
+                }
             });
-        let connection = ConnectionManager::new_with_config(redis_client, manager_config)
-            .await
-            .map_err(connect_error)?;
-        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        }
+        let shown: Vec<&str> = targets.iter().map(|(_, url)| url.as_str()).collect();
+        let url = shown.join(",");
+        let invalid = |reason: String| LockError::Connect {
+            url: url.clone(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "invalid client setting",
+                reason,
+            )),
+        };
+        if targets.is_empty() {
+            return Err(invalid("no Redis server given".into()));
+        }
+        for (what, value) in [
+            ("watchdog_lease", config.watchdog_lease),
+            ("renew_every", config.renew_every),
+            ("response_timeout", config.response_timeout),
+            ("connect_timeout", config.connect_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(format!("{what} must be above zero")));
+            }
+        }
+        if config.renew_every >= config.watchdog_lease {
+            return Err(invalid(format!(
+                "renew_every ({:?}) must be shorter than watchdog_lease ({:?})",
+                config.renew_every, config.watchdog_lease
+            )));
+        }
+        // Connect to every master at once. With RedLock a master that is down gets a
+        // connection that keeps retrying, so it can rejoin the majority later.
+        let redlock = targets.len() > 1;
+        let connected = futures_util::future::join_all(
+            targets
+                .into_iter()
+                .map(|(info, shown)| Node::connect(info, shown, &config, redlock)),
+        )
+        .await;
+        let nodes = connected.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let masters = Masters::new(nodes, config.node_timeout, config.response_timeout);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(ClientInner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             url,
-            connection,
+            masters,
             config,
-            notifications,
             queues: Arc::new(LocalQueues::default()),
             watchdog: Watchdog::default(),
         });

@@ -43,6 +43,8 @@ mod client;
 mod error;
 mod guard;
 mod macro_support;
+mod masters;
+mod node;
 mod notify;
 mod queue;
 mod scripts;

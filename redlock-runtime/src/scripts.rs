@@ -87,3 +87,17 @@ pub(crate) fn release_channel(key: &str) -> String {
     channel.push_str(key);
     channel
 }
+
+/// KEYS: fence counter. ARGV: token. Raises the counter to the token if below it
+/// (RedLock: the token chosen from a majority is written back to it).
+pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return redis.status_reply('OK')
+"#,
+    )
+});

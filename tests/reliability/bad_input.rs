@@ -50,7 +50,9 @@ async fn assert_clean(server: &RedisServer, client: &LockClient, expected: &[&[u
         }
         if Instant::now() > deadline {
             let shown = |keys: &[Vec<u8>]| -> Vec<String> {
-                keys.iter().map(|key| String::from_utf8_lossy(key).into_owned()).collect()
+                keys.iter()
+                    .map(|key| String::from_utf8_lossy(key).into_owned())
+                    .collect()
             };
             panic!(
                 "left behind: keys {:?} (expected {:?}), channels {channels:?}, {} active keys, {} watched locks",
@@ -75,9 +77,12 @@ fn assert_invalid_options(error: &LockError, key: &str) {
 async fn an_empty_key_is_refused() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let error = bounded("acquire", client.lock("").wait(Duration::from_secs(5)).acquire())
-        .await
-        .unwrap_err();
+    let error = bounded(
+        "acquire",
+        client.lock("").wait(Duration::from_secs(5)).acquire(),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&error, LockError::InvalidKey { key, .. } if key.is_empty()),
         "{error:?}"
@@ -169,7 +174,8 @@ async fn keys_with_newlines_nul_bytes_spaces_and_emoji_work_byte_for_byte() {
             })
         };
         let subscribed = async {
-            while server.cli(&["PUBSUB", "NUMSUB", &format!("redlock:released:{key}")])
+            while server
+                .cli(&["PUBSUB", "NUMSUB", &format!("redlock:released:{key}")])
                 .lines()
                 .last()
                 != Some("1")
@@ -224,7 +230,12 @@ async fn zero_durations_are_refused_or_mean_no_wait() {
         .unwrap();
     let other = LockClient::connect(&server.url()).await.unwrap();
     let started = Instant::now();
-    let error = other.lock("zero").wait(Duration::ZERO).acquire().await.unwrap_err();
+    let error = other
+        .lock("zero")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
     assert!(error.is_timeout() && error.key() == "zero", "{error:?}");
     assert!(started.elapsed() < Duration::from_secs(2));
     // Extending by zero is refused and leaves the lock held.
@@ -321,7 +332,10 @@ async fn one_millisecond_durations_work_as_documented() {
 async fn huge_durations_are_refused_with_the_key_named() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    for (round, huge) in [Duration::from_secs(u64::MAX), Duration::MAX].into_iter().enumerate() {
+    for (round, huge) in [Duration::from_secs(u64::MAX), Duration::MAX]
+        .into_iter()
+        .enumerate()
+    {
         let before: &[&[u8]] = if round == 0 { &[] } else { &[b"redlock:fence"] };
         let error = client.lock("huge").lease(huge).acquire().await.unwrap_err();
         assert_invalid_options(&error, "huge");
@@ -375,7 +389,9 @@ async fn huge_client_settings_are_refused_or_work() {
     // A watchdog lease beyond what Redis can store: refused at acquire, key named.
     let client = bounded(
         "connect",
-        LockClient::builder(&server.url()).watchdog_lease(huge).connect(),
+        LockClient::builder(&server.url())
+            .watchdog_lease(huge)
+            .connect(),
     )
     .await;
     if let Ok(client) = client {
@@ -488,10 +504,19 @@ async fn malformed_urls_get_a_connect_error_without_the_password() {
         )
         .await
         .unwrap_err();
-        assert!(matches!(error, LockError::Connect { .. }), "{url:?}: {error:?}");
+        assert!(
+            matches!(error, LockError::Connect { .. }),
+            "{url:?}: {error:?}"
+        );
         let message = error.to_string();
-        assert!(!message.contains("hunter2"), "{url:?}: the password leaked: {message}");
-        assert!(!format!("{error:?}").contains("hunter2"), "{url:?}: the password leaked: {error:?}");
+        assert!(
+            !message.contains("hunter2"),
+            "{url:?}: the password leaked: {message}"
+        );
+        assert!(
+            !format!("{error:?}").contains("hunter2"),
+            "{url:?}: the password leaked: {error:?}"
+        );
         assert_eq!(error.key(), "");
     }
 }
@@ -510,8 +535,15 @@ async fn unreachable_servers_fail_within_the_connect_timeout() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(&error, LockError::Connect { url: named, .. } if *named == url), "{error:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        matches!(&error, LockError::Connect { url: named, .. } if *named == url),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Something listens but never answers: the connect and response timeouts end it.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -526,8 +558,15 @@ async fn unreachable_servers_fail_within_the_connect_timeout() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(&error, LockError::Connect { url: named, .. } if *named == url), "{error:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        matches!(&error, LockError::Connect { url: named, .. } if *named == url),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     drop(silent);
 }
 
@@ -560,7 +599,11 @@ async fn a_key_holding_another_type_is_refused_and_left_untouched() {
     ];
     let mut before = Vec::new();
     for (key, _) in foreign {
-        let dump: Vec<u8> = redis::cmd("DUMP").arg(key).query_async(&mut redis).await.unwrap();
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
         before.push(dump);
     }
     for (key, found) in foreign {
@@ -573,7 +616,10 @@ async fn a_key_holding_another_type_is_refused_and_left_untouched() {
             "{key}: {error:?}"
         );
         assert!(error.to_string().contains(key), "{error}");
-        assert!(started.elapsed() < Duration::from_secs(2), "{key}: waited for a non-lock");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{key}: waited for a non-lock"
+        );
         // Also in watchdog mode, with hold_at_least, and with a zero wait.
         let error = client
             .lock(key)
@@ -581,10 +627,17 @@ async fn a_key_holding_another_type_is_refused_and_left_untouched() {
             .acquire()
             .await
             .unwrap_err();
-        assert!(matches!(error, LockError::NotALock { .. }), "{key}: {error:?}");
+        assert!(
+            matches!(error, LockError::NotALock { .. }),
+            "{key}: {error:?}"
+        );
     }
     for ((key, _), dump) in foreign.iter().zip(before) {
-        let after: Vec<u8> = redis::cmd("DUMP").arg(*key).query_async(&mut redis).await.unwrap();
+        let after: Vec<u8> = redis::cmd("DUMP")
+            .arg(*key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
         assert_eq!(after, dump, "{key} was modified");
     }
     let ttl: i64 = redis.pttl("a-list").await.unwrap();

@@ -19,7 +19,12 @@ async fn processes_and_tasks_leave_a_history_the_checker_accepts() {
     let lock_server = RedisServer::start();
     let store_server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = WorkerSpec::contender(&lock_server.url(), &store_server.url(), dir.path(), "contended");
+    let mut spec = WorkerSpec::contender(
+        &lock_server.url(),
+        &store_server.url(),
+        dir.path(),
+        "contended",
+    );
     spec.tasks = TASKS;
     spec.holds = HOLDS;
     spec.wait = Duration::from_secs(20);
@@ -40,13 +45,25 @@ async fn processes_and_tasks_leave_a_history_the_checker_accepts() {
     assert!(summary.attempts >= summary.holds + summary.timeouts);
     // The branches of the checker that only faults reach were reached.
     assert!(summary.lost > 0, "no hold outlived its lease: {summary:?}");
-    assert!(summary.overlaps > 0, "no stale holder overlapped a new one: {summary:?}");
-    assert!(summary.rejected_writes > 0, "no stale write was refused: {summary:?}");
-    assert!(summary.timeouts > 0, "no impatient acquire timed out: {summary:?}");
+    assert!(
+        summary.overlaps > 0,
+        "no stale holder overlapped a new one: {summary:?}"
+    );
+    assert!(
+        summary.rejected_writes > 0,
+        "no stale write was refused: {summary:?}"
+    );
+    assert!(
+        summary.timeouts > 0,
+        "no impatient acquire timed out: {summary:?}"
+    );
     assert_eq!(summary.errors, 0, "{summary:?}");
 
     // The store took writes in token order, and the lock left nothing behind.
-    let accepted = FencedStore::connect(&store_server.url()).await.accepted().await;
+    let accepted = FencedStore::connect(&store_server.url())
+        .await
+        .accepted()
+        .await;
     assert!(accepted.windows(2).all(|pair| pair[0] <= pair[1]));
     let mut redis = redis::Client::open(lock_server.url())
         .unwrap()

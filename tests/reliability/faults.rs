@@ -35,7 +35,12 @@ impl Fixture {
     }
 
     fn spec(&self, key: &str) -> WorkerSpec {
-        WorkerSpec::contender(&self.lock.url(), &self.store_server.url(), self.dir.path(), key)
+        WorkerSpec::contender(
+            &self.lock.url(),
+            &self.store_server.url(),
+            self.dir.path(),
+            key,
+        )
     }
 
     async fn store(&self) -> FencedStore {
@@ -69,14 +74,22 @@ impl Fixture {
 
 fn only_hold_of(history: &History, proc: u32) -> Hold {
     let holds: Vec<&Hold> = history.holds.iter().filter(|h| h.id.proc == proc).collect();
-    assert_eq!(holds.len(), 1, "process {proc} should have held exactly once");
+    assert_eq!(
+        holds.len(),
+        1,
+        "process {proc} should have held exactly once"
+    );
     holds[0].clone()
 }
 
 /// Waits for process `proc` to record its acquisition.
 async fn acquired_by(fixture: &Fixture, proc: u32) -> Hold {
     let ready = eventually(Duration::from_secs(15), async || {
-        fixture.history().holds.iter().any(|hold| hold.id.proc == proc)
+        fixture
+            .history()
+            .holds
+            .iter()
+            .any(|hold| hold.id.proc == proc)
     })
     .await;
     assert!(ready, "process {proc} never acquired the lock");
@@ -175,12 +188,17 @@ async fn a_stopped_holder_learns_it_lost_and_its_late_write_is_refused() {
         "the holder was stopped only after its work was done; the test proves nothing"
     );
     assert!(late.start > stale.earliest_expiry().unwrap());
-    assert!(!late.accepted, "the store took the stale holder's late write");
+    assert!(
+        !late.accepted,
+        "the store took the stale holder's late write"
+    );
     let release = stale.release.unwrap();
     assert!(release.lost_before, "the resumed guard did not report lost");
     assert_eq!(release.outcome, Outcome::Lost);
     assert!(summary.overlaps >= 1 && summary.rejected_writes >= 1);
-    fixture.assert_key_gone("stopped", spec.lease.unwrap()).await;
+    fixture
+        .assert_key_gone("stopped", spec.lease.unwrap())
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,9 +222,15 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
     let mut holder_spec = fixture.spec("restarted");
     holder_spec.lease = None;
     let id = holder_log.id(0, 1);
-    let guard = workers::acquire(&holder_client, &holder_spec, Duration::ZERO, &holder_log, id)
-        .await
-        .expect("a free lock");
+    let guard = workers::acquire(
+        &holder_client,
+        &holder_spec,
+        Duration::ZERO,
+        &holder_log,
+        id,
+    )
+    .await
+    .expect("a free lock");
     assert!(workers::write(&store, &holder_log, id, guard.fencing_token()).await);
     tokio::time::sleep(renew_every * 3).await;
     assert!(!guard.is_lost(), "the watchdog let the lock go");
@@ -224,7 +248,10 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
         })
     };
     let waiting = eventually(Duration::from_secs(5), async || {
-        !fixture.lock.client_ids(|line| line.contains(" sub=1 ")).is_empty()
+        !fixture
+            .lock
+            .client_ids(|line| line.contains(" sub=1 "))
+            .is_empty()
     })
     .await;
     assert!(waiting, "the contenders never started waiting");
@@ -238,9 +265,16 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
     assert!(guard.is_lost());
     // Stale from here on: once a successor has written, the late write must be refused.
     let token = guard.fencing_token();
-    assert!(eventually(Duration::from_secs(10), async || store.highest().await > token).await);
+    assert!(
+        eventually(Duration::from_secs(10), async || store.highest().await
+            > token)
+        .await
+    );
     assert!(!workers::write(&store, &holder_log, id, token).await);
-    assert_eq!(workers::release(guard, &holder_log, id).await, Outcome::Lost);
+    assert_eq!(
+        workers::release(guard, &holder_log, id).await,
+        Outcome::Lost
+    );
     contenders.await.unwrap();
     assert_eq!(holder_client.watched_locks(), 0);
 
@@ -251,7 +285,11 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
         "lost only {noticed:?} after the restart (renewal every {renew_every:?})"
     );
     assert!(
-        history.holds.iter().filter(|h| h.id.proc == 2).all(|h| h.token > token),
+        history
+            .holds
+            .iter()
+            .filter(|h| h.id.proc == 2)
+            .all(|h| h.token > token),
         "a token after the restart is not above the one before it"
     );
     // The waiters re-checked when their connection dropped: they did not sleep until
@@ -268,7 +306,9 @@ async fn a_watchdog_lock_is_lost_at_the_next_renewal_after_redis_restarts_empty(
         "the first waiter took the lock {:?} after the restart",
         clock::span(restarted_at, first)
     );
-    fixture.assert_key_gone("restarted", spec.lease.unwrap()).await;
+    fixture
+        .assert_key_gone("restarted", spec.lease.unwrap())
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,8 +337,13 @@ async fn a_paused_redis_fails_acquires_in_time_and_work_resumes_after() {
     for (n, client) in clients.iter().enumerate() {
         let log = Recorder::with_proc(fixture.dir.path(), n as u32 + 1);
         for task in 0..3 {
-            let (spec, client, store, log, stop) =
-                (spec.clone(), client.clone(), store.clone(), log.clone(), stop.clone());
+            let (spec, client, store, log, stop) = (
+                spec.clone(),
+                client.clone(),
+                store.clone(),
+                log.clone(),
+                stop.clone(),
+            );
             let resumed_at = resumed_at.clone();
             tasks.push(tokio::spawn(async move {
                 // Returns how many holds began after Redis was resumed.
@@ -338,7 +383,10 @@ async fn a_paused_redis_fails_acquires_in_time_and_work_resumes_after() {
             .await
             .expect("a task hung")
             .unwrap();
-        assert!(after_resume > 0, "a task never acquired again after Redis resumed");
+        assert!(
+            after_resume > 0,
+            "a task never acquired again after Redis resumed"
+        );
     }
 
     // The bound of the issue: an acquire fails within its wait plus the response timeout.
@@ -353,7 +401,10 @@ async fn a_paused_redis_fails_acquires_in_time_and_work_resumes_after() {
         .iter()
         .filter(|a| a.t_req > paused && a.t_ret < resumed)
         .collect();
-    assert!(!during.is_empty(), "no acquire was tried while Redis was paused");
+    assert!(
+        !during.is_empty(),
+        "no acquire was tried while Redis was paused"
+    );
     assert!(
         during
             .iter()
@@ -418,8 +469,8 @@ async fn a_waiter_cut_off_from_redis_does_not_miss_the_release() {
             let (spec, store, log) = (waiter_spec.clone(), store.clone(), waiter_log.clone());
             tokio::spawn(async move {
                 let id = log.id(0, round);
-                let guard = workers::acquire(&waiter, &spec, Duration::from_secs(10), &log, id)
-                    .await?;
+                let guard =
+                    workers::acquire(&waiter, &spec, Duration::from_secs(10), &log, id).await?;
                 let acquired = clock::now();
                 workers::write(&store, &log, id, guard.fencing_token()).await;
                 workers::release(guard, &log, id).await;
@@ -428,14 +479,15 @@ async fn a_waiter_cut_off_from_redis_does_not_miss_the_release() {
         };
         // Once the waiter listens for releases, cut its connection, then release.
         let subscribed = eventually(Duration::from_secs(5), async || {
-            !fixture.lock.client_ids(|line| line.contains(" sub=1 ")).is_empty()
+            !fixture
+                .lock
+                .client_ids(|line| line.contains(" sub=1 "))
+                .is_empty()
         })
         .await;
         assert!(subscribed, "round {round}: the waiter never subscribed");
         for client_id in fixture.lock.client_ids(|line| line.contains(" sub=1 ")) {
-            fixture
-                .lock
-                .kill_clients(&["ID", &client_id.to_string()]);
+            fixture.lock.kill_clients(&["ID", &client_id.to_string()]);
         }
         tokio::time::sleep(Duration::from_millis(delay)).await;
         workers::write(&store, &holder_log, id, guard.fencing_token()).await;

@@ -527,9 +527,10 @@ pub fn check(history: &History, bounds: &Bounds) -> (Summary, Vec<String>) {
             ));
         }
         match &attempt.result {
-            AttemptResult::Acquired if !acquired.contains(&attempt.id) => violations.push(
-                format!("acquire {} succeeded but left no acquisition record", attempt.id),
-            ),
+            AttemptResult::Acquired if !acquired.contains(&attempt.id) => violations.push(format!(
+                "acquire {} succeeded but left no acquisition record",
+                attempt.id
+            )),
             AttemptResult::Acquired => {}
             AttemptResult::Timeout => summary.timeouts += 1,
             AttemptResult::Error(_) => summary.errors += 1,
@@ -636,7 +637,10 @@ mod tests {
     fn an_overlap_before_the_lease_ran_out_is_caught_even_if_lost() {
         let history = lines(&(hold(1, 10, 0, 500, "lost") + &hold(2, 11, 50, 60, "released")));
         let found = violations(&history);
-        assert!(found.iter().any(|v| v.contains("before the lease")), "{found:?}");
+        assert!(
+            found.iter().any(|v| v.contains("before the lease")),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -652,8 +656,14 @@ mod tests {
     fn tokens_must_increase_and_be_unique() {
         let history = lines(&(hold(1, 10, 0, 5, "released") + &hold(2, 10, 6, 9, "released")));
         let found = violations(&history);
-        assert!(found.iter().any(|v| v.contains("given to both")), "{found:?}");
-        assert!(found.iter().any(|v| v.contains("is not above")), "{found:?}");
+        assert!(
+            found.iter().any(|v| v.contains("given to both")),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().any(|v| v.contains("is not above")),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -677,7 +687,10 @@ mod tests {
             3 * MS
         ));
         let found = violations(&lines(&text));
-        assert!(found.iter().any(|v| v.contains("had not lost")), "{found:?}");
+        assert!(
+            found.iter().any(|v| v.contains("had not lost")),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -690,8 +703,14 @@ mod tests {
         );
         let history = lines(&text);
         let found = violations(&history);
-        assert!(found.iter().any(|v| v.contains("never released")), "{found:?}");
-        assert!(found.iter().any(|v| v.contains("past its wait")), "{found:?}");
+        assert!(
+            found.iter().any(|v| v.contains("never released")),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().any(|v| v.contains("past its wait")),
+            "{found:?}"
+        );
         let killed = Bounds {
             killed: HashSet::from([2]),
             wait_overshoot: Duration::from_secs(5),

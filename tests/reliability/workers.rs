@@ -154,7 +154,11 @@ impl WorkerProcess {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("poll a worker process") {
-                assert!(status.success(), "worker process {} failed: {status}", self.pid());
+                assert!(
+                    status.success(),
+                    "worker process {} failed: {status}",
+                    self.pid()
+                );
                 return;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -206,8 +210,12 @@ pub async fn run_contenders(
 ) {
     let tasks: Vec<_> = (0..spec.tasks)
         .map(|task| {
-            let (spec, client, store, recorder) =
-                (spec.clone(), client.clone(), store.clone(), recorder.clone());
+            let (spec, client, store, recorder) = (
+                spec.clone(),
+                client.clone(),
+                store.clone(),
+                recorder.clone(),
+            );
             tokio::spawn(async move { contend(&spec, task, &client, &store, &recorder).await })
         })
         .collect();
@@ -298,11 +306,24 @@ pub async fn acquire(
 }
 
 /// One write to the fenced store, recorded; true when accepted.
-pub async fn write(store: &FencedStore, recorder: &Recorder, id: history::HoldId, token: u64) -> bool {
+pub async fn write(
+    store: &FencedStore,
+    recorder: &Recorder,
+    id: history::HoldId,
+    token: u64,
+) -> bool {
     let start = clock::now();
     let accepted = store.write(token).await;
     let end = clock::now();
-    recorder.write(id, token, StoreWrite { start, end, accepted });
+    recorder.write(
+        id,
+        token,
+        StoreWrite {
+            start,
+            end,
+            accepted,
+        },
+    );
     accepted
 }
 
@@ -331,7 +352,12 @@ pub async fn release(guard: LockGuard, recorder: &Recorder, id: history::HoldId)
 
 /// Acquires once, writes, sleeps `spec.wait` (the test interferes meanwhile), then
 /// records whether the guard knows it is lost, writes again with its token, releases.
-async fn run_holder(spec: &WorkerSpec, client: &LockClient, store: &FencedStore, recorder: &Recorder) {
+async fn run_holder(
+    spec: &WorkerSpec,
+    client: &LockClient,
+    store: &FencedStore,
+    recorder: &Recorder,
+) {
     let id = recorder.id(0, 1);
     let guard = acquire(client, spec, Duration::from_secs(10), recorder, id)
         .await

@@ -370,11 +370,13 @@ async fn a_paused_redis_fails_acquires_in_time_and_work_resumes_after() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     fixture.lock.pause();
+    // Stopped once `kill -STOP` has returned.
     let paused = clock::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Replies may flow as soon as SIGCONT is sent, before `kill -CONT` returns.
+    let resuming = clock::now();
     fixture.lock.resume();
     *resumed_at.lock().unwrap() = Some(clock::now());
-    let resumed = clock::now();
     // Work resumes with the same clients: give every task time for a few holds.
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
@@ -399,17 +401,27 @@ async fn a_paused_redis_fails_acquires_in_time_and_work_resumes_after() {
     let during: Vec<_> = history
         .attempts
         .iter()
-        .filter(|a| a.t_req > paused && a.t_ret < resumed)
+        .filter(|a| a.t_req > paused && a.t_ret < resuming)
         .collect();
     assert!(
         !during.is_empty(),
         "no acquire was tried while Redis was paused"
     );
+    let succeeded: Vec<String> = during
+        .iter()
+        .filter(|a| a.result == history::AttemptResult::Acquired)
+        .map(|a| {
+            format!(
+                "{} asked {:?} after the pause, returned {:?} before the resume",
+                a.id,
+                clock::span(paused, a.t_req),
+                clock::span(a.t_ret, resuming)
+            )
+        })
+        .collect();
     assert!(
-        during
-            .iter()
-            .all(|a| a.result != history::AttemptResult::Acquired),
-        "an acquire succeeded while Redis was paused"
+        succeeded.is_empty(),
+        "acquires succeeded while Redis was paused: {succeeded:#?}"
     );
     fixture.assert_key_gone("paused", spec.lease.unwrap()).await;
 }

@@ -145,6 +145,10 @@ async fn a_killed_holder_is_succeeded_at_its_lease_end() {
         clock::span(latest_end, first.t_acq)
     );
     assert!(first.token > held.token);
+    eprintln!(
+        "killed holder: succeeded {:?} after its lease could first have run out",
+        clock::span(lease_end, first.t_acq)
+    );
     fixture.assert_key_gone("killed", spec.lease.unwrap()).await;
 }
 

@@ -172,6 +172,13 @@ impl LockRequest {
                     }
                     continue;
                 }
+                Ok(Outcome::NotReplicated { confirmed, needed }) => {
+                    return Err(LockError::NotReplicated {
+                        key,
+                        confirmed,
+                        needed,
+                    });
+                }
                 Ok(Outcome::NoQuorum { reached }) => LockError::NoQuorum {
                     key: key.clone(),
                     reached,

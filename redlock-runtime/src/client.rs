@@ -30,6 +30,7 @@ pub(crate) struct ClientConfig {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) node_timeout: Option<Duration>,
+    pub(crate) confirm_replicas: Option<(usize, Duration)>,
 }
 
 impl Default for ClientConfig {
@@ -40,6 +41,7 @@ impl Default for ClientConfig {
             response_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(3),
             node_timeout: None,
+            confirm_replicas: None,
         }
     }
 }
@@ -84,15 +86,41 @@ impl LockClient {
     /// One URL means one server; a comma-separated list means RedLock over those
     /// independent masters (`redis://a:6379/,redis://b:6379/,redis://c:6379/`).
     /// A `cluster:` prefix means a Redis Cluster reached through the listed seed nodes
-    /// (`cluster:redis://node-a:7000/,redis://node-b:7000/`).
+    /// (`cluster:redis://node-a:7000/,redis://node-b:7000/`); `sentinel:NAME:` means
+    /// the primary named NAME by the listed sentinels
+    /// (`sentinel:mymaster:redis://s1:26379/,redis://s2:26379/`).
     pub async fn from_env() -> Result<Self, LockError> {
         let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-        let (cluster, list) = match url.trim().strip_prefix("cluster:") {
-            Some(seeds) => (true, seeds),
-            None => (false, url.as_str()),
+        Self::builder_from_spec(&url).connect().await
+    }
+
+    /// The builder for a `REDLOCK_URL`-style specification (see [`LockClient::from_env`]).
+    pub fn builder_from_spec(spec: &str) -> LockClientBuilder {
+        let spec = spec.trim();
+        let urls = |list: &str| {
+            list.split(',')
+                .filter(|part| !part.trim().is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
         };
-        let builder = Self::builder_for(list.split(',').filter(|part| !part.trim().is_empty()));
-        if cluster { builder.cluster() } else { builder }
+        if let Some(seeds) = spec.strip_prefix("cluster:") {
+            return Self::builder_for(urls(seeds)).cluster();
+        }
+        if let Some(rest) = spec.strip_prefix("sentinel:") {
+            let (service, sentinels) = rest.split_once(':').unwrap_or((rest, ""));
+            return Self::builder_for(urls(sentinels)).sentinel(service);
+        }
+        Self::builder_for(urls(spec))
+    }
+
+    /// The primary that Redis Sentinel names for `service`, followed across failovers.
+    pub async fn sentinel<I, S>(sentinels: I, service: &str) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_for(sentinels)
+            .sentinel(service)
             .connect()
             .await
     }
@@ -114,7 +142,7 @@ impl LockClient {
         LockClientBuilder {
             targets: vec![Target::Info(Box::new(client.get_connection_info().clone()))],
             config: ClientConfig::default(),
-            cluster: false,
+            topology: Topology::Masters,
         }
         .connect()
         .await
@@ -137,7 +165,7 @@ impl LockClient {
                 .map(|url| Target::Url(url.as_ref().trim().to_owned()))
                 .collect(),
             config: ClientConfig::default(),
-            cluster: false,
+            topology: Topology::Masters,
         }
     }
 
@@ -175,7 +203,17 @@ enum Target {
 pub struct LockClientBuilder {
     targets: Vec<Target>,
     config: ClientConfig,
-    cluster: bool,
+    topology: Topology,
+}
+
+/// What the builder's URLs point at.
+#[derive(Debug, Clone)]
+enum Topology {
+    /// One server, or RedLock's independent masters.
+    Masters,
+    Cluster,
+    /// Sentinels watching the named primary.
+    Sentinel(String),
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -213,7 +251,25 @@ impl LockClientBuilder {
 
     /// Treats the URLs as seed nodes of one Redis Cluster instead of RedLock masters.
     pub fn cluster(mut self) -> Self {
-        self.cluster = true;
+        self.topology = Topology::Cluster;
+        self
+    }
+
+    /// Treats the URLs as Redis Sentinels and locks on the primary they name for
+    /// `service`, following it after a failover.
+    pub fn sentinel(mut self, service: &str) -> Self {
+        self.topology = Topology::Sentinel(service.to_owned());
+        self
+    }
+
+    /// After each acquisition, waits (Redis `WAIT`) until `replicas` replicas have the
+    /// lock, at most `timeout`; fewer confirmations undo the acquisition and fail with
+    /// [`LockError::NotReplicated`]. Like Redisson's `checkLockSyncedSlaves`, this makes
+    /// a lock survive a failover to one of those replicas; it cannot protect against a
+    /// failover to a replica that did not confirm, nor replace fencing. One server or
+    /// Sentinel only.
+    pub fn confirm_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.config.confirm_replicas = Some((replicas, timeout));
         self
     }
 
@@ -277,13 +333,34 @@ impl LockClientBuilder {
         }
         // Connect to every master at once. With RedLock a master that is down gets a
         // connection that keeps retrying, so it can rejoin the majority later.
-        let nodes = if self.cluster {
-            let seeds = targets.into_iter().map(|(info, _)| info).collect();
-            vec![Node::connect_cluster(seeds, url.clone(), &config).await?]
-        } else {
-            Self::connect_masters(targets, &config).await?
+        if let Some((_, timeout)) = config.confirm_replicas
+            && timeout >= config.response_timeout
+        {
+            return Err(invalid(format!(
+                "the replica confirmation timeout ({timeout:?}) must be shorter than the response timeout ({:?})",
+                config.response_timeout
+            )));
+        }
+        let nodes = match &self.topology {
+            Topology::Masters => Self::connect_masters(targets, &config).await?,
+            Topology::Cluster => {
+                let seeds = targets.into_iter().map(|(info, _)| info).collect();
+                vec![Node::connect_cluster(seeds, url.clone(), &config).await?]
+            }
+            Topology::Sentinel(service) => {
+                let sentinels = targets.into_iter().map(|(info, _)| info).collect();
+                vec![
+                    Node::connect_sentinel(sentinels, service, format!("{service}@{url}"), &config)
+                        .await?,
+                ]
+            }
         };
-        let masters = Masters::new(nodes, config.node_timeout, config.response_timeout);
+        if nodes.len() > 1 && config.confirm_replicas.is_some() {
+            return Err(invalid(
+                "replica confirmation is for one server or Sentinel, not RedLock".into(),
+            ));
+        }
+        let masters = Masters::new(nodes, &config);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(ClientInner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -332,5 +409,36 @@ mod tests {
             "redis://***@host:6379/0"
         );
         assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+    }
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use super::{LockClient, Topology};
+
+    fn parsed(spec: &str) -> (usize, String) {
+        let builder = LockClient::builder_from_spec(spec);
+        (builder.targets.len(), format!("{:?}", builder.topology))
+    }
+
+    #[test]
+    fn redlock_url_chooses_the_mode() {
+        assert_eq!(parsed("redis://a:6379/"), (1, "Masters".into()));
+        assert_eq!(
+            parsed("redis://a/, redis://b/,redis://c/"),
+            (3, "Masters".into())
+        );
+        assert_eq!(
+            parsed("cluster:redis://a:7000/,redis://b:7000/"),
+            (2, "Cluster".into())
+        );
+        assert_eq!(
+            parsed("sentinel:mymaster:redis://s1:26379/,redis://s2:26379/"),
+            (2, "Sentinel(\"mymaster\")".into())
+        );
+        assert!(matches!(
+            LockClient::builder_from_spec("redis://a/").topology,
+            Topology::Masters
+        ));
     }
 }

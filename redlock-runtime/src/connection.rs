@@ -9,12 +9,14 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ToRedisArgs, Value};
 
 use crate::scripts;
+use crate::sentinel::SentinelConnection;
 
 /// One multiplexed connection; both kinds reconnect (and resubscribe) by themselves.
 #[derive(Clone)]
 pub(crate) enum Connection {
     Server(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConnection),
 }
 
 impl ConnectionLike for Connection {
@@ -22,6 +24,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Server(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            Connection::Sentinel(connection) => connection.req_packed_command(cmd),
         }
     }
 
@@ -38,6 +41,9 @@ impl ConnectionLike for Connection {
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            Connection::Sentinel(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
         }
     }
 
@@ -45,6 +51,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Server(connection) => connection.get_db(),
             Connection::Cluster(connection) => connection.get_db(),
+            Connection::Sentinel(connection) => connection.get_db(),
         }
     }
 }
@@ -59,6 +66,7 @@ impl Connection {
         match self {
             Connection::Server(connection) => connection.subscribe(channel).await,
             Connection::Cluster(connection) => connection.ssubscribe(channel).await,
+            Connection::Sentinel(connection) => connection.current().1.subscribe(channel).await,
         }
     }
 
@@ -66,6 +74,7 @@ impl Connection {
         match self {
             Connection::Server(connection) => connection.unsubscribe(channel).await,
             Connection::Cluster(connection) => connection.sunsubscribe(channel).await,
+            Connection::Sentinel(connection) => connection.current().1.unsubscribe(channel).await,
         }
     }
 
@@ -77,7 +86,7 @@ impl Connection {
     /// hash tag chosen to land in that slot.
     pub(crate) fn fence_key(&self, key: &str) -> Cow<'static, str> {
         match self {
-            Connection::Server(_) => Cow::Borrowed(scripts::FENCE_KEY),
+            Connection::Server(_) | Connection::Sentinel(_) => Cow::Borrowed(scripts::FENCE_KEY),
             Connection::Cluster(_) => Cow::Owned(format!(
                 "{}:{{{}}}",
                 scripts::FENCE_KEY,
@@ -89,7 +98,7 @@ impl Connection {
     /// The channel a release of `key` is published on (in the key's slot on a cluster).
     pub(crate) fn release_channel(&self, key: &str) -> String {
         match self {
-            Connection::Server(_) => scripts::release_channel(key),
+            Connection::Server(_) | Connection::Sentinel(_) => scripts::release_channel(key),
             Connection::Cluster(_) => format!(
                 "{{{}}}{}",
                 slot_tag(slot_of(key.as_bytes())),
@@ -101,7 +110,7 @@ impl Connection {
     /// The command the release script publishes with.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
-            Connection::Server(_) => "PUBLISH",
+            Connection::Server(_) | Connection::Sentinel(_) => "PUBLISH",
             Connection::Cluster(_) => "SPUBLISH",
         }
     }

@@ -49,6 +49,7 @@ mod node;
 mod notify;
 mod queue;
 mod scripts;
+mod sentinel;
 mod watchdog;
 
 pub use acquire::LockRequest;

@@ -26,6 +26,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use crate::client::ClientConfig;
 use crate::error::LockError;
 use crate::node::{Attempt, Node};
 
@@ -33,6 +34,11 @@ use crate::node::{Attempt, Node};
 pub(crate) enum Outcome {
     Acquired {
         fencing_token: u64,
+    },
+    /// Acquired, but fewer replicas than required confirmed it; undone.
+    NotReplicated {
+        confirmed: usize,
+        needed: usize,
     },
     /// Held by another owner; `ttl` is the shortest remaining lease seen. `split` is set
     /// when this attempt won some masters but not a majority (a tie with another client).
@@ -52,18 +58,16 @@ pub(crate) struct Masters {
     nodes: Vec<Node>,
     node_timeout: Option<Duration>,
     response_timeout: Duration,
+    confirm_replicas: Option<(usize, Duration)>,
 }
 
 impl Masters {
-    pub(crate) fn new(
-        nodes: Vec<Node>,
-        node_timeout: Option<Duration>,
-        response_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(nodes: Vec<Node>, config: &ClientConfig) -> Self {
         Masters {
             nodes,
-            node_timeout,
-            response_timeout,
+            node_timeout: config.node_timeout,
+            response_timeout: config.response_timeout,
+            confirm_replicas: config.confirm_replicas,
         }
     }
 
@@ -104,7 +108,24 @@ impl Masters {
     ) -> redis::RedisResult<Outcome> {
         if let [node] = self.nodes.as_slice() {
             return Ok(match node.acquire(key, owner, lease_ms).await? {
-                Attempt::Acquired(fencing_token) => Outcome::Acquired { fencing_token },
+                Attempt::Acquired(fencing_token) => match self.confirm_replicas {
+                    None => Outcome::Acquired { fencing_token },
+                    Some((needed, timeout)) => {
+                        let confirmed = node.confirm_replicas(needed, timeout).await;
+                        match confirmed {
+                            Ok(confirmed) if confirmed >= needed => {
+                                Outcome::Acquired { fencing_token }
+                            }
+                            other => {
+                                node.release(key, owner, 0).await.ok();
+                                Outcome::NotReplicated {
+                                    confirmed: other?,
+                                    needed,
+                                }
+                            }
+                        }
+                    }
+                },
                 Attempt::Held { ttl } => Outcome::Held { ttl, split: false },
                 Attempt::NotALock { found } => Outcome::NotALock { found },
             });

@@ -12,6 +12,7 @@ use crate::connection::{Connection, slot_of};
 use crate::error::LockError;
 use crate::notify::{self, Listener, ReleaseNotifications};
 use crate::scripts;
+use crate::sentinel::SentinelConnection;
 
 /// What one acquire script run found.
 pub(crate) enum Attempt {
@@ -46,18 +47,7 @@ impl Node {
         let info = info.set_redis_settings(settings);
         let redis_client = redis::Client::open(info).map_err(connect_error)?;
         let handler = notify::push_handler();
-        let push_target = handler.clone();
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500))
-            .set_automatic_resubscription()
-            .set_pipeline_buffer_size(1024)
-            .set_push_sender(move |push| {
-                notify::on_push(&push_target, push);
-                Ok::<(), ()>(())
-            });
+        let manager_config = manager_config(config, &handler);
         let connection =
             match ConnectionManager::new_with_config(redis_client.clone(), manager_config.clone())
                 .await
@@ -115,6 +105,60 @@ impl Node {
             connection,
             notifications,
         })
+    }
+
+    /// Connects to the primary the sentinels name for `service`, following failovers.
+    pub(crate) async fn connect_sentinel(
+        sentinels: Vec<redis::ConnectionInfo>,
+        service: &str,
+        url: String,
+        config: &ClientConfig,
+    ) -> Result<Node, LockError> {
+        let handler = notify::push_handler();
+        let redis_settings = sentinels
+            .first()
+            .map(|info| info.redis_settings().clone())
+            .unwrap_or_default();
+        // The credentials and database of the sentinel URLs are used for the primary too.
+        let sentinel = SentinelConnection::connect(
+            sentinels,
+            service,
+            redis_settings,
+            manager_config(config, &handler),
+        )
+        .await
+        .map_err(|source| LockError::Connect {
+            url: url.clone(),
+            source,
+        })?;
+        let connection = Connection::Sentinel(sentinel.clone());
+        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        let moved = Arc::downgrade(&notifications);
+        sentinel.on_switch(Box::new(move || {
+            if let Some(notifications) = moved.upgrade() {
+                notifications.connection_moved();
+            }
+        }));
+        Ok(Node {
+            url,
+            connection,
+            notifications,
+        })
+    }
+
+    /// Blocks until `replicas` replicas have every write of this connection so far
+    /// (Redis `WAIT`), at most `timeout`; returns how many confirmed.
+    pub(crate) async fn confirm_replicas(
+        &self,
+        replicas: usize,
+        timeout: Duration,
+    ) -> RedisResult<usize> {
+        let mut connection = self.connection.clone();
+        redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64)
+            .query_async(&mut connection)
+            .await
     }
 
     /// Registers interest in `key`'s releases on this server.
@@ -213,6 +257,23 @@ impl Node {
         }
         Ok(renewed)
     }
+}
+
+/// One server's connection settings: the client's timeouts, RESP3 pushes routed to
+/// the release notifications, subscriptions renewed after a reconnect.
+fn manager_config(config: &ClientConfig, handler: &notify::PushHandler) -> ConnectionManagerConfig {
+    let push_target = handler.clone();
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500))
+        .set_automatic_resubscription()
+        .set_pipeline_buffer_size(1024)
+        .set_push_sender(move |push| {
+            notify::on_push(&push_target, push);
+            Ok::<(), ()>(())
+        })
 }
 
 async fn renew_pipeline(

@@ -22,6 +22,8 @@ use crate::connection::Connection;
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
     Unsubscribe(String),
+    /// The connection moved to another server (a Sentinel failover): subscribe anew.
+    Resubscribe,
 }
 
 struct Channel {
@@ -122,6 +124,13 @@ impl ReleaseNotifications {
         (listener, confirmed)
     }
 
+    /// After the connection moved to another server: renew every subscription there
+    /// and wake every waiter, since releases on the old server were never seen.
+    pub(crate) fn connection_moved(&self) {
+        let _ = self.requests.send(Request::Resubscribe);
+        self.wake_every_channel();
+    }
+
     fn wake_one(&self, channel: &[u8]) {
         let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get(channel) {
@@ -201,6 +210,13 @@ async fn run_subscriptions(
                     result
                 };
                 let _ = confirm.send(result);
+            }
+            Request::Resubscribe => {
+                for channel in &subscribed {
+                    if let Err(error) = connection.subscribe(channel).await {
+                        tracing::warn!(%error, %channel, "redlock: resubscription failed");
+                    }
+                }
             }
             Request::Unsubscribe(channel) => {
                 let Some(notifications) = notifications.upgrade() else {

@@ -256,3 +256,5 @@ pub fn redis_server_binary() -> Result<PathBuf, String> {
 
 pub mod cluster;
 pub use cluster::RedisCluster;
+pub mod sentinel;
+pub use sentinel::SentinelSetup;

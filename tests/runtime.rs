@@ -404,3 +404,27 @@ async fn bad_urls_and_unreachable_servers_fail_fast() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_holder_stuck_past_its_lease_does_not_block_its_own_clients_waiters() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    // The guard lives on (its task is stuck), but its 300 ms lease has run out.
+    let stuck = client
+        .lock("stuck")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let next = client
+        .lock("stuck")
+        .wait(Duration::from_secs(5))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a waiter of the same client was blocked by an expired holder");
+    assert!(stuck.is_lost());
+    assert!(next.fencing_token() > stuck.fencing_token());
+    assert!(stuck.release().await.unwrap_err().is_lost());
+    next.release().await.unwrap();
+}

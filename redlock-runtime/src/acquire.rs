@@ -4,15 +4,14 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::{LockClient, MAX_KEY_LEN};
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
+use crate::masters::Outcome;
 use crate::notify::Listener;
-use crate::scripts;
 
 /// Longest lease or wait accepted: Redis keeps expiries in milliseconds as a signed
 /// 64-bit count from the epoch, and an instant that far ahead overflows the clock.
@@ -116,64 +115,107 @@ impl LockRequest {
             .take_turn(&key, deadline)
             .await
             .ok_or_else(timeout)?;
-        let mut listener: Option<Listener> = None;
+        let masters = &client.inner.masters;
+        let mut listeners: Vec<Listener> = Vec::new();
         let mut backoff = RETRY_BACKOFF.0;
         loop {
             // A fresh owner token per attempt: the background clean-up of an attempt
             // whose reply was lost must not be able to delete a later attempt's lock.
             let owner = uuid::Uuid::new_v4().simple().to_string();
             let sent_at = Instant::now();
-            match attempt(&client, &key, &owner, lease_ms).await {
-                Ok(Attempt::Acquired(fencing_token)) => {
+            let outcome = masters.acquire(&key, &owner, lease, lease_ms).await;
+            let retry_error = match outcome {
+                Ok(Outcome::Acquired { fencing_token }) => {
                     return Ok(LockGuard::new(Acquired {
-                        client,
+                        client: client.clone(),
                         key,
                         owner,
                         fencing_token,
                         sent_at,
-                        lease,
+                        valid_for: masters.validity(lease),
                         watchdog,
                         hold_at_least,
                         turn,
                     }));
                 }
-                Ok(Attempt::Held { ttl }) => {
+                Ok(Outcome::NotALock { found }) => {
+                    return Err(LockError::NotALock { key, found });
+                }
+                Ok(Outcome::Held { ttl, split }) => {
                     backoff = RETRY_BACKOFF.0;
                     if Instant::now() >= deadline {
                         return Err(timeout());
                     }
-                    let Some(listening) = &listener else {
+                    if listeners.is_empty() {
                         // Listen, then try again at once: a release published between the
                         // failed attempt and the subscription would otherwise be missed.
-                        let (fresh, confirmed) = client
-                            .inner
-                            .notifications
-                            .listen(scripts::release_channel(&key));
-                        listener = Some(fresh);
-                        if let Ok(Err(error)) = tokio::time::timeout_at(deadline, confirmed).await {
-                            tracing::debug!(%error, "redlock: subscription failed; waiting on the lease alone");
-                        }
+                        listeners = listen_everywhere(&client, &key, deadline).await;
                         continue;
-                    };
-                    // Retry at the release notification, or when the holder's lease runs out.
+                    }
+                    // Retry at a release notification, or when the holder's lease runs out.
                     let lease_end = Instant::now() + ttl + Duration::from_millis(1);
+                    let released = futures_util::future::select_all(
+                        listeners
+                            .iter()
+                            .map(|listener| Box::pin(listener.released())),
+                    );
                     tokio::select! {
-                        _ = listening.released() => {}
+                        _ = released => {}
                         _ = tokio::time::sleep_until(lease_end.min(deadline)) => {}
                     }
+                    if split {
+                        // Two clients split the masters between them: retry after a random
+                        // pause so that one of them gets ahead.
+                        let jitter =
+                            Duration::from_micros((uuid::Uuid::new_v4().as_u128() % 20_000) as u64);
+                        tokio::time::sleep_until((Instant::now() + jitter).min(deadline)).await;
+                    }
+                    continue;
                 }
-                Ok(Attempt::NotALock { found }) => {
-                    return Err(LockError::NotALock { key, found });
+                Ok(Outcome::NotReplicated { confirmed, needed }) => {
+                    return Err(LockError::NotReplicated {
+                        key,
+                        confirmed,
+                        needed,
+                    });
                 }
-                Err(error) if is_transient(&error) && Instant::now() + backoff < deadline => {
-                    tracing::debug!(%error, ?backoff, "redlock: Redis unavailable; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(RETRY_BACKOFF.1);
-                }
+                Ok(Outcome::NoQuorum { reached }) => LockError::NoQuorum {
+                    key: key.clone(),
+                    reached,
+                    needed: masters.quorum(),
+                },
+                Err(error) if is_transient(&error) => LockError::redis(&key, error),
                 Err(error) => return Err(LockError::redis(&key, error)),
+            };
+            // Redis (or a majority of the masters) did not answer: retry until the wait runs out.
+            if Instant::now() + backoff >= deadline {
+                return Err(retry_error);
             }
+            tracing::debug!(error = %retry_error, ?backoff, "redlock: Redis unavailable; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RETRY_BACKOFF.1);
         }
     }
+}
+
+/// Listens to `key`'s releases on every master; waits (until `deadline`) for the
+/// subscriptions to be confirmed. A failed subscription leaves the lease timer.
+async fn listen_everywhere(client: &LockClient, key: &str, deadline: Instant) -> Vec<Listener> {
+    let (listeners, confirmations): (Vec<_>, Vec<_>) = client
+        .inner
+        .masters
+        .nodes()
+        .iter()
+        .map(|node| node.listen(key))
+        .unzip();
+    if let Ok(results) =
+        tokio::time::timeout_at(deadline, futures_util::future::join_all(confirmations)).await
+    {
+        for error in results.into_iter().filter_map(Result::err) {
+            tracing::debug!(%error, "redlock: subscription failed; waiting on the lease alone");
+        }
+    }
+    listeners
 }
 
 impl IntoFuture for LockRequest {
@@ -182,107 +224,6 @@ impl IntoFuture for LockRequest {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.acquire())
-    }
-}
-
-enum Attempt {
-    Acquired(u64),
-    Held { ttl: Duration },
-    NotALock { found: String },
-}
-
-/// One run of the acquire script. If this future is dropped while Redis may have run
-/// the script, the lock it may hold is released in the background.
-async fn attempt(
-    client: &LockClient,
-    key: &str,
-    owner: &str,
-    lease_ms: u64,
-) -> redis::RedisResult<Attempt> {
-    let mut in_flight = InFlight {
-        client,
-        key,
-        owner,
-        armed: true,
-    };
-    let mut connection = client.inner.connection.clone();
-    let reply: redis::RedisResult<(i64, Value)> = scripts::ACQUIRE
-        .key(key)
-        .key(scripts::FENCE_KEY)
-        .arg(owner)
-        .arg(lease_ms)
-        .invoke_async(&mut connection)
-        .await;
-    let (status, value) = match reply {
-        Ok(reply) => reply,
-        // The script may have run before the reply was lost: make sure it holds nothing.
-        Err(error) => return Err(error),
-    };
-    in_flight.armed = false;
-    let text = |value: &Value| match value {
-        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Value::SimpleString(text) => text.clone(),
-        Value::Int(number) => number.to_string(),
-        other => format!("{other:?}"),
-    };
-    let number = |value: &Value| match value {
-        Value::Int(number) => u64::try_from(*number).ok(),
-        other => text(other).parse().ok(),
-    };
-    let bad_reply = || {
-        redis::RedisError::from((
-            redis::ErrorKind::Parse,
-            "unexpected reply from the acquire script",
-            format!("{status} {value:?}"),
-        ))
-    };
-    match status {
-        1 => {
-            let token = number(&value).ok_or_else(bad_reply)?;
-            Ok(Attempt::Acquired(token))
-        }
-        0 => {
-            let ttl = number(&value).ok_or_else(bad_reply)?;
-            Ok(Attempt::Held {
-                ttl: Duration::from_millis(ttl),
-            })
-        }
-        _ => Ok(Attempt::NotALock {
-            found: text(&value),
-        }),
-    }
-}
-
-/// Armed while an acquire script may have run without its reply having been read.
-struct InFlight<'a> {
-    client: &'a LockClient,
-    key: &'a str,
-    owner: &'a str,
-    armed: bool,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut connection = self.client.inner.connection.clone();
-        let key = self.key.to_owned();
-        let owner = self.owner.to_owned();
-        runtime.spawn(async move {
-            // Compare-and-delete: harmless if the attempt took nothing.
-            let outcome: redis::RedisResult<i64> = scripts::RELEASE
-                .key(&key)
-                .arg(&owner)
-                .arg(0)
-                .arg(scripts::release_channel(&key))
-                .invoke_async(&mut connection)
-                .await;
-            tracing::debug!(%key, ?outcome, "redlock: cleaned up after an interrupted acquire");
-        });
     }
 }
 

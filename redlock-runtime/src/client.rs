@@ -1,16 +1,16 @@
-//! The lock client: one multiplexed Redis connection shared by every lock it takes.
+//! The lock client: one multiplexed Redis connection per server, shared by every lock it takes.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{IntoConnectionInfo, ProtocolVersion};
+use redis::IntoConnectionInfo;
 
 use crate::acquire::LockRequest;
 use crate::error::LockError;
-use crate::notify::{self, ReleaseNotifications};
+use crate::masters::Masters;
+use crate::node::Node;
 use crate::queue::LocalQueues;
 use crate::watchdog::Watchdog;
 
@@ -29,6 +29,8 @@ pub(crate) struct ClientConfig {
     pub(crate) renew_every: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) confirm_replicas: Option<(usize, Duration)>,
 }
 
 impl Default for ClientConfig {
@@ -38,6 +40,8 @@ impl Default for ClientConfig {
             renew_every: Duration::from_secs(10),
             response_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(3),
+            node_timeout: None,
+            confirm_replicas: None,
         }
     }
 }
@@ -54,9 +58,8 @@ pub struct LockClient {
 pub(crate) struct ClientInner {
     pub(crate) id: u64,
     pub(crate) url: String,
-    pub(crate) connection: ConnectionManager,
+    pub(crate) masters: Masters,
     pub(crate) config: ClientConfig,
-    pub(crate) notifications: Arc<ReleaseNotifications>,
     pub(crate) queues: Arc<LocalQueues>,
     pub(crate) watchdog: Watchdog,
 }
@@ -79,17 +82,67 @@ impl LockClient {
     }
 
     /// Connects to `REDLOCK_URL`, or to [`DEFAULT_URL`] when it is not set.
+    ///
+    /// One URL means one server; a comma-separated list means RedLock over those
+    /// independent masters (`redis://a:6379/,redis://b:6379/,redis://c:6379/`).
+    /// A `cluster:` prefix means a Redis Cluster reached through the listed seed nodes
+    /// (`cluster:redis://node-a:7000/,redis://node-b:7000/`); `sentinel:NAME:` means
+    /// the primary named NAME by the listed sentinels
+    /// (`sentinel:mymaster:redis://s1:26379/,redis://s2:26379/`).
     pub async fn from_env() -> Result<Self, LockError> {
         let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-        Self::connect(&url).await
+        Self::builder_from_spec(&url).connect().await
+    }
+
+    /// The builder for a `REDLOCK_URL`-style specification (see [`LockClient::from_env`]).
+    pub fn builder_from_spec(spec: &str) -> LockClientBuilder {
+        let spec = spec.trim();
+        let urls = |list: &str| {
+            list.split(',')
+                .filter(|part| !part.trim().is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        if let Some(seeds) = spec.strip_prefix("cluster:") {
+            return Self::builder_for(urls(seeds)).cluster();
+        }
+        if let Some(rest) = spec.strip_prefix("sentinel:") {
+            let (service, sentinels) = rest.split_once(':').unwrap_or((rest, ""));
+            return Self::builder_for(urls(sentinels)).sentinel(service);
+        }
+        Self::builder_for(urls(spec))
+    }
+
+    /// The primary that Redis Sentinel names for `service`, followed across failovers.
+    pub async fn sentinel<I, S>(sentinels: I, service: &str) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_for(sentinels)
+            .sentinel(service)
+            .connect()
+            .await
+    }
+
+    /// A Redis Cluster, reached through some of its nodes. Each lock lives on the shard
+    /// that owns its key's slot; its fencing counter and release channel (sharded
+    /// pub/sub) are in the same slot.
+    pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_for(seeds).cluster().connect().await
     }
 
     /// Reuses the address and credentials of a `redis::Client` the application already has.
     /// The lock client opens its own connection (in RESP3, for push notifications).
     pub async fn from_redis(client: redis::Client) -> Result<Self, LockError> {
         LockClientBuilder {
-            target: Target::Info(Box::new(client.get_connection_info().clone())),
+            targets: vec![Target::Info(Box::new(client.get_connection_info().clone()))],
             config: ClientConfig::default(),
+            topology: Topology::Masters,
         }
         .connect()
         .await
@@ -97,10 +150,33 @@ impl LockClient {
 
     /// A builder for a client with non-default settings.
     pub fn builder(url: &str) -> LockClientBuilder {
+        Self::builder_for([url])
+    }
+
+    /// A builder for RedLock over independent masters (one URL: a single server).
+    pub fn builder_for<I, S>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
         LockClientBuilder {
-            target: Target::Url(url.to_owned()),
+            targets: urls
+                .into_iter()
+                .map(|url| Target::Url(url.as_ref().trim().to_owned()))
+                .collect(),
             config: ClientConfig::default(),
+            topology: Topology::Masters,
         }
+    }
+
+    /// RedLock over N independent masters: every operation needs a majority of them.
+    /// Connects even when a minority cannot be reached (they are retried on every use).
+    pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder_for(urls).connect().await
     }
 
     /// Starts building an acquisition of the lock named `key`.
@@ -125,8 +201,19 @@ enum Target {
 
 /// Settings of a [`LockClient`] before it connects.
 pub struct LockClientBuilder {
-    target: Target,
+    targets: Vec<Target>,
     config: ClientConfig,
+    topology: Topology,
+}
+
+/// What the builder's URLs point at.
+#[derive(Debug, Clone)]
+enum Topology {
+    /// One server, or RedLock's independent masters.
+    Masters,
+    Cluster,
+    /// Sentinels watching the named primary.
+    Sentinel(String),
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -162,83 +249,142 @@ impl LockClientBuilder {
         self
     }
 
+    /// Treats the URLs as seed nodes of one Redis Cluster instead of RedLock masters.
+    pub fn cluster(mut self) -> Self {
+        self.topology = Topology::Cluster;
+        self
+    }
+
+    /// Treats the URLs as Redis Sentinels and locks on the primary they name for
+    /// `service`, following it after a failover.
+    pub fn sentinel(mut self, service: &str) -> Self {
+        self.topology = Topology::Sentinel(service.to_owned());
+        self
+    }
+
+    /// After each acquisition, waits (Redis `WAIT`) until `replicas` replicas have the
+    /// lock, at most `timeout`; fewer confirmations undo the acquisition and fail with
+    /// [`LockError::NotReplicated`]. Like Redisson's `checkLockSyncedSlaves`, this makes
+    /// a lock survive a failover to one of those replicas; it cannot protect against a
+    /// failover to a replica that did not confirm, nor replace fencing. One server or
+    /// Sentinel only.
+    pub fn confirm_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.config.confirm_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Per-master timeout of a RedLock acquisition (default: a tenth of the lease,
+    /// between 50 ms and the response timeout). Unused with one server.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+
     /// Connects. Fails within about twice the connect timeout when Redis cannot be reached.
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let config = self.config;
-        let (info, url) = match self.target {
-            Target::Url(url) => {
-                let shown = redact(&url);
-                let info =
-                    url.as_str()
-                        .into_connection_info()
-                        .map_err(|source| LockError::Connect {
+        let mut targets = Vec::with_capacity(self.targets.len());
+        for target in self.targets {
+            targets.push(match target {
+                Target::Url(url) => {
+                    let shown = redact(&url);
+                    let info = url.as_str().into_connection_info().map_err(|source| {
+                        LockError::Connect {
                             url: shown.clone(),
                             source,
-                        })?;
-                (info, shown)
-            }
-            Target::Info(info) => {
-                let shown = info.addr().to_string();
-                (*info, shown)
-            }
-        };
-        let check = |what: &str, value: Duration| {
-            if value.is_zero() {
-                Err(LockError::Connect {
-                    url: url.clone(),
-                    source: redis::RedisError::from((
-                        redis::ErrorKind::InvalidClientConfig,
-                        "invalid client setting",
-                        format!("{what} must be above zero"),
-                    )),
-                })
-            } else {
-                Ok(())
-            }
-        };
-        check("watchdog_lease", config.watchdog_lease)?;
-        check("renew_every", config.renew_every)?;
-        check("response_timeout", config.response_timeout)?;
-        check("connect_timeout", config.connect_timeout)?;
-
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
-        let connect_error = |source| LockError::Connect {
-            url: url.clone(),
-            source,
-        };
-        let redis_client = redis::Client::open(info).map_err(connect_error)?;
-        let handler = notify::push_handler();
-        let push_target = handler.clone();
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500))
-            .set_automatic_resubscription()
-            .set_pipeline_buffer_size(1024)
-            .set_push_sender(move |push| {
-                notify::on_push(&push_target, push);
-                Ok::<(), ()>(())
+                        }
+                    })?;
+                    (info, shown)
+                }
+                Target::Info(info) => {
+                    let shown = info.addr().to_string();
+                    (*info, shown)
+                }
             });
-        let connection = ConnectionManager::new_with_config(redis_client, manager_config)
-            .await
-            .map_err(connect_error)?;
-        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        }
+        let shown: Vec<&str> = targets.iter().map(|(_, url)| url.as_str()).collect();
+        let url = shown.join(",");
+        let invalid = |reason: String| LockError::Connect {
+            url: url.clone(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "invalid client setting",
+                reason,
+            )),
+        };
+        if targets.is_empty() {
+            return Err(invalid("no Redis server given".into()));
+        }
+        for (what, value) in [
+            ("watchdog_lease", config.watchdog_lease),
+            ("renew_every", config.renew_every),
+            ("response_timeout", config.response_timeout),
+            ("connect_timeout", config.connect_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(format!("{what} must be above zero")));
+            }
+        }
+        if config.renew_every >= config.watchdog_lease {
+            return Err(invalid(format!(
+                "renew_every ({:?}) must be shorter than watchdog_lease ({:?})",
+                config.renew_every, config.watchdog_lease
+            )));
+        }
+        // Connect to every master at once. With RedLock a master that is down gets a
+        // connection that keeps retrying, so it can rejoin the majority later.
+        if let Some((_, timeout)) = config.confirm_replicas
+            && timeout >= config.response_timeout
+        {
+            return Err(invalid(format!(
+                "the replica confirmation timeout ({timeout:?}) must be shorter than the response timeout ({:?})",
+                config.response_timeout
+            )));
+        }
+        let nodes = match &self.topology {
+            Topology::Masters => Self::connect_masters(targets, &config).await?,
+            Topology::Cluster => {
+                let seeds = targets.into_iter().map(|(info, _)| info).collect();
+                vec![Node::connect_cluster(seeds, url.clone(), &config).await?]
+            }
+            Topology::Sentinel(service) => {
+                let sentinels = targets.into_iter().map(|(info, _)| info).collect();
+                vec![
+                    Node::connect_sentinel(sentinels, service, format!("{service}@{url}"), &config)
+                        .await?,
+                ]
+            }
+        };
+        if nodes.len() > 1 && config.confirm_replicas.is_some() {
+            return Err(invalid(
+                "replica confirmation is for one server or Sentinel, not RedLock".into(),
+            ));
+        }
+        let masters = Masters::new(nodes, &config);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(ClientInner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             url,
-            connection,
+            masters,
             config,
-            notifications,
             queues: Arc::new(LocalQueues::default()),
             watchdog: Watchdog::default(),
         });
         Ok(LockClient { inner })
+    }
+
+    async fn connect_masters(
+        targets: Vec<(redis::ConnectionInfo, String)>,
+        config: &ClientConfig,
+    ) -> Result<Vec<Node>, LockError> {
+        let redlock = targets.len() > 1;
+        let connected = futures_util::future::join_all(
+            targets
+                .into_iter()
+                .map(|(info, shown)| Node::connect(info, shown, config, redlock)),
+        )
+        .await;
+        connected.into_iter().collect()
     }
 }
 
@@ -263,5 +409,36 @@ mod tests {
             "redis://***@host:6379/0"
         );
         assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+    }
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use super::{LockClient, Topology};
+
+    fn parsed(spec: &str) -> (usize, String) {
+        let builder = LockClient::builder_from_spec(spec);
+        (builder.targets.len(), format!("{:?}", builder.topology))
+    }
+
+    #[test]
+    fn redlock_url_chooses_the_mode() {
+        assert_eq!(parsed("redis://a:6379/"), (1, "Masters".into()));
+        assert_eq!(
+            parsed("redis://a/, redis://b/,redis://c/"),
+            (3, "Masters".into())
+        );
+        assert_eq!(
+            parsed("cluster:redis://a:7000/,redis://b:7000/"),
+            (2, "Cluster".into())
+        );
+        assert_eq!(
+            parsed("sentinel:mymaster:redis://s1:26379/,redis://s2:26379/"),
+            (2, "Sentinel(\"mymaster\")".into())
+        );
+        assert!(matches!(
+            LockClient::builder_from_spec("redis://a/").topology,
+            Topology::Masters
+        ));
     }
 }

@@ -55,6 +55,15 @@ pub enum LockError {
         needed: usize,
     },
 
+    /// The lock was acquired, but fewer replicas than required confirmed it (see
+    /// `LockClientBuilder::confirm_replicas`); the acquisition was undone.
+    #[error("lock `{}`: only {confirmed} of the {needed} required replicas confirmed the acquisition; it was undone", Preview(.key))]
+    NotReplicated {
+        key: String,
+        confirmed: usize,
+        needed: usize,
+    },
+
     /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
     #[error("lock `{}`: no default lock client: {reason}", Preview(.key))]
     NoDefaultClient { key: String, reason: String },
@@ -71,6 +80,7 @@ impl LockError {
             | LockError::InvalidOptions { key, .. }
             | LockError::NotALock { key, .. }
             | LockError::NoQuorum { key, .. }
+            | LockError::NotReplicated { key, .. }
             | LockError::NoDefaultClient { key, .. } => key,
             LockError::Connect { .. } => "",
         }
@@ -98,6 +108,17 @@ impl LockError {
             key: key.to_owned(),
             reason: reason.into(),
         }
+    }
+}
+
+/// For functions returning `std::io::Result`: a timeout is `TimedOut`, the rest `Other`.
+impl From<LockError> for std::io::Error {
+    fn from(error: LockError) -> Self {
+        let kind = match error {
+            LockError::Timeout { .. } => std::io::ErrorKind::TimedOut,
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, error)
     }
 }
 

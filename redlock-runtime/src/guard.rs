@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::queue::LocalTurn;
-use crate::scripts;
 
 /// What the guard, the watchdog and `lost()` futures share about one held lock.
 pub(crate) struct LockState {
@@ -29,10 +28,13 @@ impl LockState {
             lost: watch::Sender::new(false),
             expires_at: AtomicU64::new(0),
             origin: sent_at,
-            turn: Mutex::new(Some(turn)),
+            turn: Mutex::new(None),
         };
         state.extend_from(sent_at, lease);
-        Arc::new(state)
+        let state = Arc::new(state);
+        turn.set_holder(Arc::downgrade(&state));
+        *state.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
+        state
     }
 
     /// Records a lease of `lease` counted from `sent_at`.
@@ -63,7 +65,7 @@ impl LockState {
         drop(turn);
     }
 
-    async fn lost(&self) {
+    pub(crate) async fn lost(&self) {
         let mut flag = self.lost.subscribe();
         loop {
             if *flag.borrow_and_update() {
@@ -118,7 +120,8 @@ pub(crate) struct Acquired {
     pub(crate) owner: String,
     pub(crate) fencing_token: u64,
     pub(crate) sent_at: Instant,
-    pub(crate) lease: Duration,
+    /// How long the lock is surely ours from `sent_at` (the lease, less clock drift with RedLock).
+    pub(crate) valid_for: Duration,
     pub(crate) watchdog: bool,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) turn: LocalTurn,
@@ -126,7 +129,7 @@ pub(crate) struct Acquired {
 
 impl LockGuard {
     pub(crate) fn new(acquired: Acquired) -> Self {
-        let state = LockState::new(acquired.sent_at, acquired.lease, acquired.turn);
+        let state = LockState::new(acquired.sent_at, acquired.valid_for, acquired.turn);
         let watchdog_id = acquired.watchdog.then(|| {
             acquired.client.inner.watchdog.watch(
                 &acquired.client,
@@ -179,17 +182,14 @@ impl LockGuard {
     pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
         let lease_ms = crate::acquire::lease_millis(&self.key, lease)?;
-        let mut connection = held.client.inner.connection.clone();
+        let masters = &held.client.inner.masters;
         let sent_at = Instant::now();
-        let extended: i64 = scripts::EXTEND
-            .key(&self.key)
-            .arg(&held.owner)
-            .arg(lease_ms)
-            .invoke_async(&mut connection)
+        let extended = masters
+            .extend(&self.key, &held.owner, lease_ms)
             .await
-            .map_err(|source| LockError::redis(&self.key, source))?;
-        if extended == 1 {
-            held.state.extend_from(sent_at, lease);
+            .map_err(|error| error.into_lock_error(&self.key, masters))?;
+        if extended {
+            held.state.extend_from(sent_at, masters.validity(lease));
             tracing::debug!(key = %self.key, ?lease, "redlock.extend");
             Ok(())
         } else {
@@ -233,30 +233,16 @@ impl Held {
             .and_then(|least| least.checked_sub(acquired_at.elapsed()))
             .map(|rest| rest.as_millis().max(1) as u64)
             .unwrap_or(0);
-        let mut connection = client.inner.connection.clone();
-        let outcome: Result<i64, _> = scripts::RELEASE
-            .key(key)
-            .arg(&owner)
-            .arg(keep)
-            .arg(scripts::release_channel(key))
-            .invoke_async(&mut connection)
-            .await;
+        let masters = &client.inner.masters;
+        let outcome = masters.release(key, &owner, keep).await;
         // Only now may this client's next waiter try: Redis has processed the release.
         state.mark_lost();
         match outcome {
-            Ok(1) => {
-                tracing::debug!(key, held_for = ?acquired_at.elapsed(), "redlock.release");
+            Ok(true) => {
+                tracing::debug!(key, held_for = ?acquired_at.elapsed(), keep_ms = keep, "redlock.release");
                 Ok(())
             }
-            Ok(2) => {
-                tracing::debug!(
-                    key,
-                    keep_ms = keep,
-                    "redlock.release: kept for hold_at_least"
-                );
-                Ok(())
-            }
-            Ok(_) => {
+            Ok(false) => {
                 tracing::warn!(
                     key,
                     "redlock.lost: released after the lock had expired or been taken"
@@ -265,7 +251,7 @@ impl Held {
                     key: key.to_owned(),
                 })
             }
-            Err(source) => Err(LockError::redis(key, source)),
+            Err(error) => Err(error.into_lock_error(key, masters)),
         }
     }
 }

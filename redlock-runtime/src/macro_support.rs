@@ -66,7 +66,13 @@ pub fn set_default_client(client: LockClient) {
     *DEFAULT_CLIENT.write().unwrap_or_else(|e| e.into_inner()) = Some(client);
 }
 
-async fn default_client(key: &str) -> Result<LockClient, LockError> {
+/// The client `#[distributed_lock]` uses when it names none: the one given to
+/// [`set_default_client`], or else one connected once to `REDLOCK_URL`.
+pub async fn default_client() -> Result<LockClient, LockError> {
+    default_client_for("").await
+}
+
+async fn default_client_for(key: &str) -> Result<LockClient, LockError> {
     if let Some(client) = DEFAULT_CLIENT
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -127,7 +133,7 @@ where
 {
     let client = match client {
         Some(client) => client,
-        None => default_client(&key).await?,
+        None => default_client_for(&key).await?,
     };
     let outer = HELD.try_with(Arc::clone).ok();
     let mut enclosing = outer.as_deref();

@@ -14,13 +14,16 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
-use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::connection::Connection;
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
     Unsubscribe(String),
+    /// The connection moved to another server (a Sentinel failover): subscribe anew.
+    Resubscribe,
 }
 
 struct Channel {
@@ -67,7 +70,7 @@ pub(crate) fn on_push(handler: &PushHandler, push: PushInfo) {
 
 impl ReleaseNotifications {
     /// Starts the subscription task on `connection` and connects `handler` to it.
-    pub(crate) fn start(connection: ConnectionManager, handler: &PushHandler) -> Arc<Self> {
+    pub(crate) fn start(connection: Connection, handler: &PushHandler) -> Arc<Self> {
         let (requests, receiver) = mpsc::unbounded_channel();
         let notifications = Arc::new(ReleaseNotifications {
             channels: Mutex::new(HashMap::new()),
@@ -119,6 +122,13 @@ impl ReleaseNotifications {
             })
         };
         (listener, confirmed)
+    }
+
+    /// After the connection moved to another server: renew every subscription there
+    /// and wake every waiter, since releases on the old server were never seen.
+    pub(crate) fn connection_moved(&self) {
+        let _ = self.requests.send(Request::Resubscribe);
+        self.wake_every_channel();
     }
 
     fn wake_one(&self, channel: &[u8]) {
@@ -181,7 +191,7 @@ impl Drop for Listener {
 }
 
 async fn run_subscriptions(
-    mut connection: ConnectionManager,
+    mut connection: Connection,
     mut requests: mpsc::UnboundedReceiver<Request>,
     notifications: Weak<ReleaseNotifications>,
 ) {
@@ -200,6 +210,13 @@ async fn run_subscriptions(
                     result
                 };
                 let _ = confirm.send(result);
+            }
+            Request::Resubscribe => {
+                for channel in &subscribed {
+                    if let Err(error) = connection.subscribe(channel).await {
+                        tracing::warn!(%error, %channel, "redlock: resubscription failed");
+                    }
+                }
             }
             Request::Unsubscribe(channel) => {
                 let Some(notifications) = notifications.upgrade() else {

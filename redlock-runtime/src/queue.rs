@@ -6,15 +6,27 @@
 //! and a task that releases and asks again at once queues behind those already
 //! waiting: no barging, no starvation. The turn is held for as long as the lock is,
 //! and handed to the next waiter once Redis has confirmed the release, or as soon as
-//! the lock is known to be lost.
+//! the lock is known to be lost or its lease has run out, even if its guard lives on
+//! (a holder stuck past its lease must not block this client's waiters for longer
+//! than it blocks other clients').
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
-type Turnstile = Arc<tokio::sync::Mutex<()>>;
+use crate::guard::LockState;
+
+/// One key's queue: the fair mutex, and the state of the lock its holder took.
+#[derive(Default)]
+struct Entry {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    holder: Mutex<Weak<LockState>>,
+    holder_changed: tokio::sync::Notify,
+}
+
+type Turnstile = Arc<Entry>;
 
 /// Every key some task of this client holds or waits for.
 #[derive(Default)]
@@ -49,16 +61,18 @@ impl LocalQueues {
         };
         let mut turn = LocalTurn {
             queues: self.clone(),
+            entry: Some(turnstile.clone()),
             key: key.to_owned(),
             guard: None,
         };
         let guard = if Instant::now() >= deadline {
-            turnstile.try_lock_owned().ok()
+            turnstile.turn.clone().try_lock_owned().ok()
         } else {
-            tokio::time::timeout_at(deadline, turnstile.lock_owned())
+            tokio::time::timeout_at(deadline, wait_for_turn(&turnstile))
                 .await
                 .ok()
         };
+        drop(turnstile);
         // On failure `turn` is dropped without a guard, which still tidies the map.
         turn.guard = Some(guard?);
         Some(turn)
@@ -73,18 +87,63 @@ impl LocalQueues {
     }
 }
 
+/// Waits in line; meanwhile watches the holder's lease, whose end hands the turn on.
+async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
+    let in_line = entry.turn.clone().lock_owned();
+    tokio::pin!(in_line);
+    loop {
+        // Registered before the holder is read, so that a change in between is seen.
+        let changed = entry.holder_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let holder = entry
+            .holder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade();
+        let holder_gone = async {
+            match holder {
+                // Resolves when the holder's lock is lost or its lease ran out; that
+                // hands the turn on, and the next loop finds it in line.
+                Some(holder) => holder.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            guard = &mut in_line => return guard,
+            () = holder_gone => {}
+            () = &mut changed => {}
+        }
+    }
+}
+
 /// A task's turn at a key; the next waiter's turn comes when it is dropped.
 pub(crate) struct LocalTurn {
     queues: Arc<LocalQueues>,
+    entry: Option<Turnstile>,
     key: String,
     guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl LocalTurn {
+    /// Records the lock this turn's holder took, for the waiters to watch.
+    pub(crate) fn set_holder(&self, state: Weak<LockState>) {
+        if let Some(entry) = &self.entry {
+            *entry.holder.lock().unwrap_or_else(|e| e.into_inner()) = state;
+            entry.holder_changed.notify_waiters();
+        }
+    }
 }
 
 impl Drop for LocalTurn {
     fn drop(&mut self) {
         // Hand the turn on first, then forget the key if nobody else holds a handle to it:
         // every handle is cloned under the map's lock, so the count cannot grow meanwhile.
+        if self.guard.is_some() {
+            self.set_holder(Weak::new());
+        }
         drop(self.guard.take());
+        drop(self.entry.take());
         let mut turnstiles = self
             .queues
             .turnstiles

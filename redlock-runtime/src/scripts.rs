@@ -47,7 +47,8 @@ return {0, ttl}
     )
 });
 
-/// KEYS: lock. ARGV: owner token, ms to keep the key (0: delete it), release channel.
+/// KEYS: lock. ARGV: owner token, ms to keep the key (0: delete it), release channel,
+/// publish command (PUBLISH, or SPUBLISH on a cluster).
 /// Returns 1 when deleted (and published), 2 when kept for `hold_at_least`, 0 when the
 /// lock was not ours any more.
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -61,7 +62,7 @@ if tonumber(ARGV[2]) > 0 then
   return 2
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], '')
+redis.call(ARGV[4], ARGV[3], '')
 return 1
 "#,
     )
@@ -87,3 +88,17 @@ pub(crate) fn release_channel(key: &str) -> String {
     channel.push_str(key);
     channel
 }
+
+/// KEYS: fence counter. ARGV: token. Raises the counter to the token if below it
+/// (RedLock: the token chosen from a majority is written back to it).
+pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return redis.status_reply('OK')
+"#,
+    )
+});

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 
 use crate::client::{ClientInner, LockClient};
 use crate::guard::LockState;
-use crate::scripts;
 
 struct Watched {
     key: String,
@@ -96,53 +95,28 @@ pub(crate) async fn renew_all(client: &ClientInner) {
     }
     let lease = client.config.watchdog_lease;
     let lease_ms = lease.as_millis() as u64;
-    let mut pipeline = redis::pipe();
-    for (_, watched) in &locks {
-        pipeline
-            .cmd("EVALSHA")
-            .arg(scripts::EXTEND.get_hash())
-            .arg(1)
-            .arg(&watched.key)
-            .arg(&watched.owner)
-            .arg(lease_ms);
-    }
-    let mut connection = client.connection.clone();
+    let pairs: Vec<(&str, &str)> = locks
+        .iter()
+        .map(|(_, watched)| (watched.key.as_str(), watched.owner.as_str()))
+        .collect();
     let sent_at = Instant::now();
-    let mut outcome: redis::RedisResult<Vec<i64>> = pipeline.query_async(&mut connection).await;
-    if matches!(&outcome, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-    {
-        // Redis restarted (or flushed its scripts): load the script, then renew once more.
-        outcome = match scripts::EXTEND
-            .prepare_invoke()
-            .load_async(&mut connection)
-            .await
-        {
-            Ok(_) => pipeline.query_async(&mut connection).await,
-            Err(error) => Err(error),
-        };
-    }
-    match outcome {
-        Ok(renewed) => {
-            for ((id, watched), renewed) in locks.iter().zip(renewed) {
-                if renewed == 1 {
-                    watched.state.extend_from(sent_at, lease);
-                } else {
-                    tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
-                    client.watchdog.forget(*id);
-                    watched.state.mark_lost();
-                }
+    let renewed = client.masters.renew(&pairs, lease_ms).await;
+    let valid_for = client.masters.validity(lease);
+    for ((id, watched), renewed) in locks.iter().zip(renewed) {
+        match renewed {
+            Some(true) => watched.state.extend_from(sent_at, valid_for),
+            Some(false) => {
+                tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
+                client.watchdog.forget(*id);
+                watched.state.mark_lost();
             }
-            tracing::trace!(locks = locks.len(), "redlock.renew");
-        }
-        Err(error) => {
-            tracing::warn!(%error, locks = locks.len(), "redlock.renew failed");
-            for (id, watched) in &locks {
-                if watched.state.is_lost() {
-                    tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
-                    client.watchdog.forget(*id);
-                    watched.state.mark_lost();
-                }
+            None if watched.state.is_lost() => {
+                tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
+                client.watchdog.forget(*id);
+                watched.state.mark_lost();
             }
+            None => {}
         }
     }
+    tracing::trace!(locks = locks.len(), "redlock.renew");
 }

@@ -101,13 +101,26 @@ impl RedisServer {
 
     fn signal(&self, name: &str) {
         if let Some(pid) = self.pid() {
-            let status = Command::new("kill")
-                .arg(format!("-{name}"))
-                .arg(pid.to_string())
-                .status()
-                .expect("run kill");
-            assert!(status.success(), "kill -{name} {pid} failed");
+            signal(pid, name);
         }
+    }
+
+    /// Closes, server-side (`CLIENT KILL`), every client connection that matches
+    /// `filter` (e.g. `["TYPE", "normal"]`), except `redis-cli`'s own; returns how many.
+    pub fn kill_clients(&self, filter: &[&str]) -> usize {
+        let mut args = vec!["CLIENT", "KILL"];
+        args.extend_from_slice(filter);
+        self.cli(&args).parse().unwrap_or(0)
+    }
+
+    /// The ids of the client connections for which `matches` holds of their
+    /// `CLIENT LIST` line (e.g. `|line| line.contains(" sub=1 ")`).
+    pub fn client_ids(&self, matches: impl Fn(&str) -> bool) -> Vec<u64> {
+        self.cli(&["CLIENT", "LIST"])
+            .lines()
+            .filter(|line| matches(line) && !line.contains("cmd=client|list"))
+            .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+            .collect()
     }
 
     /// Runs a command with `redis-cli` against this server and returns its output.
@@ -186,6 +199,16 @@ impl Drop for RedisServer {
     }
 }
 
+/// Sends signal `name` (`"STOP"`, `"CONT"`, `"KILL"`…) to process `pid` with `kill(1)`.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
 /// A loopback port that was free a moment ago; never 6379.
 pub fn free_port() -> u16 {
     loop {
@@ -230,3 +253,8 @@ pub fn redis_server_binary() -> Result<PathBuf, String> {
     }
     Err("redis-server is not installed: run `sudo apt-get install -y redis-server`".into())
 }
+
+pub mod cluster;
+pub use cluster::RedisCluster;
+pub mod sentinel;
+pub use sentinel::SentinelSetup;

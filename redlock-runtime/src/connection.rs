@@ -1,0 +1,192 @@
+//! The connection to one lock service: a single server (or a RedLock master), or a
+//! Redis Cluster; and where each lock's companion keys and channel live on it.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ToRedisArgs, Value};
+
+use crate::scripts;
+use crate::sentinel::SentinelConnection;
+
+/// One multiplexed connection; both kinds reconnect (and resubscribe) by themselves.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(SentinelConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Server(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            Connection::Sentinel(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Server(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Sentinel(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Server(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+            Connection::Sentinel(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl Connection {
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(_))
+    }
+
+    /// SUBSCRIBE, or SSUBSCRIBE (sharded, to the key's own shard) on a cluster.
+    pub(crate) async fn subscribe(&mut self, channel: impl ToRedisArgs) -> RedisResult<()> {
+        match self {
+            Connection::Server(connection) => connection.subscribe(channel).await,
+            Connection::Cluster(connection) => connection.ssubscribe(channel).await,
+            Connection::Sentinel(connection) => connection.current().1.subscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: impl ToRedisArgs) -> RedisResult<()> {
+        match self {
+            Connection::Server(connection) => connection.unsubscribe(channel).await,
+            Connection::Cluster(connection) => connection.sunsubscribe(channel).await,
+            Connection::Sentinel(connection) => connection.current().1.unsubscribe(channel).await,
+        }
+    }
+
+    /// The fencing counter a lock on `key` uses.
+    ///
+    /// On one server: one counter for every lock. On a cluster the counter must share
+    /// the lock key's slot (a script may only touch one slot), so there is one counter
+    /// per slot — at most 16384 keys, however many lock names are used — named with a
+    /// hash tag chosen to land in that slot.
+    pub(crate) fn fence_key(&self, key: &str) -> Cow<'static, str> {
+        match self {
+            Connection::Server(_) | Connection::Sentinel(_) => Cow::Borrowed(scripts::FENCE_KEY),
+            Connection::Cluster(_) => Cow::Owned(format!(
+                "{}:{{{}}}",
+                scripts::FENCE_KEY,
+                slot_tag(slot_of(key.as_bytes()))
+            )),
+        }
+    }
+
+    /// The channel a release of `key` is published on (in the key's slot on a cluster).
+    pub(crate) fn release_channel(&self, key: &str) -> String {
+        match self {
+            Connection::Server(_) | Connection::Sentinel(_) => scripts::release_channel(key),
+            Connection::Cluster(_) => format!(
+                "{{{}}}{}",
+                slot_tag(slot_of(key.as_bytes())),
+                scripts::release_channel(key)
+            ),
+        }
+    }
+
+    /// The command the release script publishes with.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        match self {
+            Connection::Server(_) | Connection::Sentinel(_) => "PUBLISH",
+            Connection::Cluster(_) => "SPUBLISH",
+        }
+    }
+}
+
+const SLOTS: u16 = 16384;
+
+/// The cluster slot of a key: CRC16 of its hash tag (the part between the first `{`
+/// and the next `}`, when not empty) or of the whole key.
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&byte| byte == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&byte| byte == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
+}
+
+/// A short hash tag for each slot: the first base-36 string found that lands there.
+static SLOT_TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut tags = vec![String::new(); SLOTS as usize];
+    let mut missing = SLOTS as usize;
+    let mut candidate: u64 = 0;
+    while missing > 0 {
+        let tag = base36(candidate);
+        let slot = slot_of(tag.as_bytes()) as usize;
+        if tags[slot].is_empty() {
+            tags[slot] = tag;
+            missing -= 1;
+        }
+        candidate += 1;
+    }
+    tags
+});
+
+fn slot_tag(slot: u16) -> &'static str {
+    &SLOT_TAGS[slot as usize]
+}
+
+fn base36(mut number: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut text = Vec::new();
+    loop {
+        text.push(DIGITS[(number % 36) as usize]);
+        number /= 36;
+        if number == 0 {
+            break;
+        }
+    }
+    text.reverse();
+    String::from_utf8(text).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of(b"123456789"), 12739);
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"foo{}{bar}"), slot_of(b"foo{}{bar}"));
+        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"));
+        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
+    }
+
+    #[test]
+    fn every_slot_has_a_tag_that_lands_in_it() {
+        for slot in 0..SLOTS {
+            assert_eq!(slot_of(slot_tag(slot).as_bytes()), slot);
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! One Redis server: its connection, its release notifications, and each lock
+//! operation as one script call on it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ProtocolVersion, RedisResult, Value};
+
+use crate::client::ClientConfig;
+use crate::connection::{Connection, slot_of};
+use crate::error::LockError;
+use crate::notify::{self, Listener, ReleaseNotifications};
+use crate::scripts;
+use crate::sentinel::SentinelConnection;
+
+/// What one acquire script run found.
+pub(crate) enum Attempt {
+    Acquired(u64),
+    Held { ttl: Duration },
+    NotALock { found: String },
+}
+
+/// A connection to one Redis server, shared by every lock of a client.
+pub(crate) struct Node {
+    pub(crate) url: String,
+    connection: Connection,
+    notifications: Arc<ReleaseNotifications>,
+}
+
+impl Node {
+    /// Connects in RESP3, so that release notifications arrive on the same connection.
+    pub(crate) async fn connect(
+        info: redis::ConnectionInfo,
+        url: String,
+        config: &ClientConfig,
+        lazy_on_failure: bool,
+    ) -> Result<Node, LockError> {
+        let connect_error = |source| LockError::Connect {
+            url: url.clone(),
+            source,
+        };
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let redis_client = redis::Client::open(info).map_err(connect_error)?;
+        let handler = notify::push_handler();
+        let manager_config = manager_config(config, &handler);
+        let connection =
+            match ConnectionManager::new_with_config(redis_client.clone(), manager_config.clone())
+                .await
+            {
+                Ok(connection) => connection,
+                // A RedLock master that is down now: keep trying it on every use.
+                Err(error) if lazy_on_failure => {
+                    tracing::warn!(%url, %error, "redlock: a master is unreachable; will retry it");
+                    ConnectionManager::new_lazy_with_config(redis_client, manager_config)
+                        .map_err(connect_error)?
+                }
+                Err(error) => return Err(connect_error(error)),
+            };
+        let connection = Connection::Server(connection);
+        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        Ok(Node {
+            url,
+            connection,
+            notifications,
+        })
+    }
+
+    /// Connects to a Redis Cluster through its seed nodes (RESP3, sharded pub/sub);
+    /// the cluster client follows MOVED/ASK redirections and failovers.
+    pub(crate) async fn connect_cluster(
+        seeds: Vec<redis::ConnectionInfo>,
+        url: String,
+        config: &ClientConfig,
+    ) -> Result<Node, LockError> {
+        let connect_error = |source| LockError::Connect {
+            url: url.clone(),
+            source,
+        };
+        let handler = notify::push_handler();
+        let push_target = handler.clone();
+        let cluster = redis::cluster::ClusterClientBuilder::new(seeds)
+            .use_protocol(ProtocolVersion::RESP3)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .retries(2)
+            .push_sender(move |push| {
+                notify::on_push(&push_target, push);
+                Ok::<(), ()>(())
+            })
+            .build()
+            .map_err(connect_error)?;
+        let connection = cluster
+            .get_async_connection()
+            .await
+            .map_err(connect_error)?;
+        let connection = Connection::Cluster(connection);
+        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        Ok(Node {
+            url,
+            connection,
+            notifications,
+        })
+    }
+
+    /// Connects to the primary the sentinels name for `service`, following failovers.
+    pub(crate) async fn connect_sentinel(
+        sentinels: Vec<redis::ConnectionInfo>,
+        service: &str,
+        url: String,
+        config: &ClientConfig,
+    ) -> Result<Node, LockError> {
+        let handler = notify::push_handler();
+        let redis_settings = sentinels
+            .first()
+            .map(|info| info.redis_settings().clone())
+            .unwrap_or_default();
+        // The credentials and database of the sentinel URLs are used for the primary too.
+        let sentinel = SentinelConnection::connect(
+            sentinels,
+            service,
+            redis_settings,
+            manager_config(config, &handler),
+        )
+        .await
+        .map_err(|source| LockError::Connect {
+            url: url.clone(),
+            source,
+        })?;
+        let connection = Connection::Sentinel(sentinel.clone());
+        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        let moved = Arc::downgrade(&notifications);
+        sentinel.on_switch(Box::new(move || {
+            if let Some(notifications) = moved.upgrade() {
+                notifications.connection_moved();
+            }
+        }));
+        Ok(Node {
+            url,
+            connection,
+            notifications,
+        })
+    }
+
+    /// Blocks until `replicas` replicas have every write of this connection so far
+    /// (Redis `WAIT`), at most `timeout`; returns how many confirmed.
+    pub(crate) async fn confirm_replicas(
+        &self,
+        replicas: usize,
+        timeout: Duration,
+    ) -> RedisResult<usize> {
+        let mut connection = self.connection.clone();
+        redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64)
+            .query_async(&mut connection)
+            .await
+    }
+
+    /// Registers interest in `key`'s releases on this server.
+    pub(crate) fn listen(
+        &self,
+        key: &str,
+    ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
+        self.notifications
+            .listen(self.connection.release_channel(key))
+    }
+
+    /// One run of the acquire script. If this future is dropped while Redis may have
+    /// run the script, the lock it may hold is released in the background.
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        lease_ms: u64,
+    ) -> RedisResult<Attempt> {
+        let mut in_flight = InFlight {
+            connection: &self.connection,
+            key,
+            owner,
+            armed: true,
+        };
+        let mut connection = self.connection.clone();
+        // On an error the script may still have run before the reply was lost: the
+        // armed `in_flight` then releases whatever it took.
+        let (status, value): (i64, Value) = scripts::ACQUIRE
+            .key(key)
+            .key(self.connection.fence_key(key).as_ref())
+            .arg(owner)
+            .arg(lease_ms)
+            .invoke_async(&mut connection)
+            .await?;
+        in_flight.armed = false;
+        parse_attempt(status, value)
+    }
+
+    /// Compare-and-delete (or keep for `keep_ms`): 1 deleted, 2 kept, 0 not ours.
+    pub(crate) async fn release(&self, key: &str, owner: &str, keep_ms: u64) -> RedisResult<i64> {
+        release_on(self.connection.clone(), key, owner, keep_ms).await
+    }
+
+    /// Compare-and-expire: 1 extended, 0 not ours.
+    pub(crate) async fn extend(&self, key: &str, owner: &str, lease_ms: u64) -> RedisResult<i64> {
+        let mut connection = self.connection.clone();
+        scripts::EXTEND
+            .key(key)
+            .arg(owner)
+            .arg(lease_ms)
+            .invoke_async(&mut connection)
+            .await
+    }
+
+    /// Raises the fencing counter of `key` on this server to at least `token`.
+    pub(crate) async fn raise_fence(&self, key: &str, token: u64) -> RedisResult<()> {
+        let mut connection = self.connection.clone();
+        scripts::RAISE_FENCE
+            .key(self.connection.fence_key(key).as_ref())
+            .arg(token)
+            .invoke_async(&mut connection)
+            .await
+    }
+
+    /// Renews many locks in one pipelined round trip (on a cluster, one per slot in
+    /// use, sent concurrently: a pipeline may not cross slots): 1 renewed, 0 gone.
+    pub(crate) async fn renew(
+        &self,
+        locks: &[(&str, &str)],
+        lease_ms: u64,
+    ) -> RedisResult<Vec<i64>> {
+        if !self.connection.is_cluster() {
+            return renew_pipeline(self.connection.clone(), locks, lease_ms).await;
+        }
+        let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
+            std::collections::HashMap::new();
+        for (index, (key, _)) in locks.iter().enumerate() {
+            by_slot
+                .entry(slot_of(key.as_bytes()))
+                .or_default()
+                .push(index);
+        }
+        let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
+        let replies = futures_util::future::join_all(groups.iter().map(|group| {
+            let batch: Vec<(&str, &str)> = group.iter().map(|&index| locks[index]).collect();
+            let connection = self.connection.clone();
+            async move { renew_pipeline(connection, &batch, lease_ms).await }
+        }))
+        .await;
+        let mut renewed = vec![0; locks.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            for (&index, one) in group.iter().zip(reply?) {
+                renewed[index] = one;
+            }
+        }
+        Ok(renewed)
+    }
+}
+
+/// One server's connection settings: the client's timeouts, RESP3 pushes routed to
+/// the release notifications, subscriptions renewed after a reconnect.
+fn manager_config(config: &ClientConfig, handler: &notify::PushHandler) -> ConnectionManagerConfig {
+    let push_target = handler.clone();
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500))
+        .set_automatic_resubscription()
+        .set_pipeline_buffer_size(1024)
+        .set_push_sender(move |push| {
+            notify::on_push(&push_target, push);
+            Ok::<(), ()>(())
+        })
+}
+
+async fn renew_pipeline(
+    mut connection: Connection,
+    locks: &[(&str, &str)],
+    lease_ms: u64,
+) -> RedisResult<Vec<i64>> {
+    let mut pipeline = redis::pipe();
+    for (key, owner) in locks {
+        pipeline
+            .cmd("EVALSHA")
+            .arg(scripts::EXTEND.get_hash())
+            .arg(1)
+            .arg(*key)
+            .arg(*owner)
+            .arg(lease_ms);
+    }
+    match pipeline.query_async(&mut connection).await {
+        Err(error)
+            if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+        {
+            // Redis restarted (or flushed its scripts): load it, then renew once more.
+            scripts::EXTEND
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await?;
+            pipeline.query_async(&mut connection).await
+        }
+        other => other,
+    }
+}
+
+async fn release_on(
+    mut connection: Connection,
+    key: &str,
+    owner: &str,
+    keep_ms: u64,
+) -> RedisResult<i64> {
+    let channel = connection.release_channel(key);
+    let publish = connection.publish_command();
+    scripts::RELEASE
+        .key(key)
+        .arg(owner)
+        .arg(keep_ms)
+        .arg(channel)
+        .arg(publish)
+        .invoke_async(&mut connection)
+        .await
+}
+
+fn parse_attempt(status: i64, value: Value) -> RedisResult<Attempt> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::Int(number) => number.to_string(),
+        other => format!("{other:?}"),
+    };
+    let number = |value: &Value| match value {
+        Value::Int(number) => u64::try_from(*number).ok(),
+        other => text(other).parse().ok(),
+    };
+    let bad_reply = || {
+        redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected reply from the acquire script",
+            format!("{status} {value:?}"),
+        ))
+    };
+    match status {
+        1 => number(&value).map(Attempt::Acquired).ok_or_else(bad_reply),
+        0 => number(&value)
+            .map(|ttl| Attempt::Held {
+                ttl: Duration::from_millis(ttl),
+            })
+            .ok_or_else(bad_reply),
+        _ => Ok(Attempt::NotALock {
+            found: text(&value),
+        }),
+    }
+}
+
+/// Armed while an acquire script may have run without its reply having been read.
+struct InFlight<'a> {
+    connection: &'a Connection,
+    key: &'a str,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let connection = self.connection.clone();
+        let key = self.key.to_owned();
+        let owner = self.owner.to_owned();
+        runtime.spawn(async move {
+            // Compare-and-delete: harmless if the attempt took nothing.
+            let outcome = release_on(connection, &key, &owner, 0).await;
+            tracing::debug!(%key, ?outcome, "redlock: cleaned up after an interrupted acquire");
+        });
+    }
+}

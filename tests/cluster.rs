@@ -1,0 +1,181 @@
+//! Redis Cluster mode against a 3-master cluster the test creates itself.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use redlock_runtime::LockClient;
+use redlock_testkit::RedisCluster;
+
+async fn cluster_client(cluster: &RedisCluster) -> LockClient {
+    LockClient::cluster(cluster.urls())
+        .await
+        .expect("connect to the cluster")
+}
+
+/// Run by `three_processes_exclude_each_other` in child processes; a no-op otherwise.
+#[tokio::test]
+async fn child_process_counts() {
+    let Ok(seeds) = std::env::var("REDLOCK_TEST_CLUSTER_SEEDS") else {
+        return;
+    };
+    let client = LockClient::cluster(seeds.split(',')).await.unwrap();
+    let mut data = redis::cluster::ClusterClient::new(seeds.split(',').collect::<Vec<_>>())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        let guard = client
+            .lock("{job}:lock")
+            .wait(Duration::from_secs(30))
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        // A non-atomic read-modify-write in the lock's slot: exact only under exclusion.
+        let value: Option<i64> = redis::cmd("GET")
+            .arg("{job}:count")
+            .query_async(&mut data)
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+        let _: () = redis::cmd("SET")
+            .arg("{job}:count")
+            .arg(value.unwrap_or(0) + 1)
+            .query_async(&mut data)
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn three_processes_exclude_each_other() {
+    let cluster = RedisCluster::start(3);
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "child_process_counts",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("REDLOCK_TEST_CLUSTER_SEEDS", cluster.urls().join(","))
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a child process failed");
+    }
+    let count = cluster.nodes[0].cli(&["-c", "GET", "{job}:count"]);
+    assert_eq!(count, "90");
+}
+
+#[tokio::test]
+async fn keys_spread_over_slots_and_fencing_state_stays_per_slot() {
+    let cluster = RedisCluster::start(3);
+    let client = cluster_client(&cluster).await;
+    let mut guards = Vec::new();
+    for id in 0..60 {
+        let guard = client
+            .lock(format!("order:{id}"))
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    // The locks landed on every master.
+    let holders: HashSet<usize> = (0..60)
+        .filter_map(|id| {
+            cluster
+                .nodes
+                .iter()
+                .position(|node| node.cli(&["EXISTS", &format!("order:{id}")]) == "1")
+        })
+        .collect();
+    assert_eq!(holders.len(), 3, "60 keys should spread over all 3 masters");
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    // Nothing is left but per-slot fencing counters, at most one per slot used.
+    let mut left = Vec::new();
+    for node in &cluster.nodes {
+        left.extend(
+            node.cli(&["KEYS", "*"])
+                .lines()
+                .map(str::to_owned)
+                .filter(|key| !key.is_empty()),
+        );
+    }
+    assert!(
+        left.iter().all(|key| key.starts_with("redlock:fence:{")),
+        "{left:?}"
+    );
+    assert!(left.len() <= 60);
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_through_sharded_pubsub() {
+    let cluster = RedisCluster::start(3);
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let guard = holder
+        .lock("report:daily")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let first_token = guard.fencing_token();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("report:daily")
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        let token = guard.fencing_token();
+        guard.release().await.unwrap();
+        (at, token)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired_at, token) = waiting.await.unwrap();
+    assert!(token > first_token);
+    // Woken by the SPUBLISH, not by the 20 s lease running out.
+    let delay = acquired_at.duration_since(released_at);
+    assert!(
+        delay < Duration::from_millis(500),
+        "waiter woke {delay:?} after the release"
+    );
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_locks_on_every_shard() {
+    let cluster = RedisCluster::start(3);
+    let client = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .watchdog_lease(Duration::from_millis(600))
+        .renew_every(Duration::from_millis(150))
+        .connect()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for id in 0..20 {
+        guards.push(client.lock(format!("tenant:{id}")).acquire().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        guards.iter().all(|guard| !guard.is_lost()),
+        "a renewal failed"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

@@ -132,19 +132,29 @@ async fn run(options: Options) {
         .map(|c| c.args[0].clone())
         .expect("rslock's unlock EVALSHA");
     warm.retain(|c| !c.from_script);
-    let evalsha = |keys: &str, args: usize| {
-        warm.iter()
+    // One cycle sends the acquire script (2 keys: the lock and the fence counter) and
+    // the release script (1 key). redis-benchmark replays them as sent, on a random lock
+    // key and with a fixed owner (so that some of its releases find their own lock).
+    let replay = |keys: &str| -> Vec<String> {
+        let sent = warm
+            .iter()
             .find(|c| {
-                !c.from_script
-                    && c.name == "EVALSHA"
-                    && c.args.get(1).is_some_and(|n| n == keys)
-                    && c.args.len() == 2 + keys.parse::<usize>().unwrap() + args
+                !c.from_script && c.name == "EVALSHA" && c.args.get(1).is_some_and(|n| n == keys)
             })
-            .map(|c| c.args[0].clone())
-            .expect("the acquire and release EVALSHAs")
+            .expect("the acquire and release EVALSHAs");
+        let numkeys: usize = keys.parse().unwrap();
+        let mut command = vec!["EVALSHA".to_owned()];
+        for (index, arg) in sent.args.iter().enumerate() {
+            command.push(match index {
+                2 => "bench:rb:__rand_int__".to_owned(),
+                i if i == 2 + numkeys => "benchowner".to_owned(),
+                _ => arg.clone(),
+            });
+        }
+        command
     };
-    let acquire_sha = evalsha("2", 2);
-    let release_sha = evalsha("1", 3);
+    let acquire_command = replay("2");
+    let release_command = replay("1");
     for lock in [&redlock, &rslock] {
         scenarios::cycle_block(lock, &format!("bench:warm:{}", lock.name()), 200 / scale).await;
     }
@@ -156,7 +166,10 @@ async fn run(options: Options) {
     let mut ratio = [Vec::new(), Vec::new()];
     let mut parts = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
     for _ in 0..BLOCKS {
-        let rtt = quantile(&scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await, 0.5);
+        let rtt = quantile(
+            &scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await,
+            0.5,
+        );
         rtt_p50.push(micros(rtt));
         for (index, lock) in [&redlock, &rslock].into_iter().enumerate() {
             let key = format!("bench:uncontended:{}", lock.name());
@@ -164,7 +177,10 @@ async fn run(options: Options) {
             let cycles: Vec<Duration> = samples.iter().map(|(a, r)| *a + *r).collect();
             let cycle = quantile(&cycles, 0.5);
             for (part, pick) in parts[index].iter_mut().zip([0, 1]) {
-                let of: Vec<Duration> = samples.iter().map(|s| if pick == 0 { s.0 } else { s.1 }).collect();
+                let of: Vec<Duration> = samples
+                    .iter()
+                    .map(|s| if pick == 0 { s.0 } else { s.1 })
+                    .collect();
                 part.push(micros(quantile(&of, 0.5)) / micros(rtt));
             }
             p50[index].push(micros(cycle));
@@ -175,7 +191,10 @@ async fn run(options: Options) {
     let ratios = [median(&ratio[0]), median(&ratio[1])];
     // Where the time goes: the server's own time per cycle, from INFO commandstats.
     let mut server_time = Vec::new();
-    for (lock, commands) in [(&redlock, &["evalsha"][..]), (&rslock, &["evalsha", "set"][..])] {
+    for (lock, commands) in [
+        (&redlock, &["evalsha"][..]),
+        (&rslock, &["evalsha", "set"][..]),
+    ] {
         let key = format!("bench:uncontended:{}", lock.name());
         let before = command_usec(&mut ping, commands).await;
         let n = BLOCK_LEN / scale;
@@ -228,12 +247,17 @@ async fn run(options: Options) {
     for round in 0..3 {
         for (index, lock) in [&redlock, &rslock].into_iter().enumerate() {
             let tag = format!("r{round}");
-            let (client_before, server_before) = (system::cpu_seconds(), redis_cpu_seconds(&mut ping).await);
+            let (client_before, server_before) =
+                (system::cpu_seconds(), redis_cpu_seconds(&mut ping).await);
             let duration = THROUGHPUT_ROUND / scale as u32;
             let rate = scenarios::throughput(lock, THROUGHPUT_TASKS, duration, &tag).await;
             let cycles = rate * duration.as_secs_f64();
-            cpu[index].0.push((system::cpu_seconds() - client_before) * 1e6 / cycles);
-            cpu[index].1.push((redis_cpu_seconds(&mut ping).await - server_before) * 1e6 / cycles);
+            cpu[index]
+                .0
+                .push((system::cpu_seconds() - client_before) * 1e6 / cycles);
+            cpu[index]
+                .1
+                .push((redis_cpu_seconds(&mut ping).await - server_before) * 1e6 / cycles);
             rounds[index].push(rate);
         }
     }
@@ -251,22 +275,41 @@ async fn run(options: Options) {
     let acquire_rps = system::redis_benchmark(
         server.port(),
         &options_rb,
-        &["EVALSHA", &acquire_sha, "2", "bench:rb:__rand_int__", "redlock:fence", "benchowner", "10000"],
+        &acquire_command
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
     );
     let release_rps = system::redis_benchmark(
         server.port(),
         &options_rb,
-        &["EVALSHA", &release_sha, "1", "bench:rb:__rand_int__", "benchowner", "0", "redlock:released:bench:rb"],
+        &release_command
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
     );
     let rslock_set_rps = system::redis_benchmark(
         server.port(),
         &options_rb,
-        &["SET", "bench:rb2:__rand_int__", "benchowner", "NX", "PX", "10000"],
+        &[
+            "SET",
+            "bench:rb2:__rand_int__",
+            "benchowner",
+            "NX",
+            "PX",
+            "10000",
+        ],
     );
     let rslock_unlock_rps = system::redis_benchmark(
         server.port(),
         &options_rb,
-        &["EVALSHA", &rslock_unlock_sha, "1", "bench:rb2:__rand_int__", "benchowner"],
+        &[
+            "EVALSHA",
+            &rslock_unlock_sha,
+            "1",
+            "bench:rb2:__rand_int__",
+            "benchowner",
+        ],
     );
     let limit = match (&acquire_rps, &release_rps) {
         (Ok(a), Ok(r)) => {
@@ -279,13 +322,23 @@ async fn run(options: Options) {
                 ),
                 (s, u) => format!("; rslock's pair failed: {s:?} {u:?}"),
             };
+            let shown = |command: &[String]| {
+                let mut words = command.to_vec();
+                words[1].truncate(8);
+                words.join(" ")
+            };
             report.note(format!(
-                "throughput limit: redis-benchmark -c 64 -P 1 -r 1000000 on redlock's acquire EVALSHA ({} req/s) \
-                 and release EVALSHA ({} req/s); one cycle is one of each, so the ceiling is 1/(1/a + 1/r){theirs}",
+                "throughput limit: redis-benchmark -c 64 -P 1 -n {n} -r 1000000 replaying redlock's acquire `{}` ({} req/s) \
+                 and release `{}` ({} req/s); one cycle is one of each, so the ceiling is 1/(1/a + 1/r){theirs}",
+                shown(&acquire_command),
                 number(*a),
+                shown(&release_command),
                 number(*r)
             ));
-            format!("redis-benchmark {} cycles/s", number(1.0 / (1.0 / a + 1.0 / r)))
+            format!(
+                "redis-benchmark {} cycles/s",
+                number(1.0 / (1.0 / a + 1.0 / r))
+            )
         }
         (a, r) => {
             report.note(format!("redis-benchmark failed: {a:?} {r:?}"));
@@ -308,11 +361,21 @@ async fn run(options: Options) {
     // 3. Contention: 16 and 64 tasks × 20 acquisitions of one key.
     let mut violations_total = [0usize, 0usize];
     for tasks in [16, 64] {
-        eprintln!("[{:>5.1}s] contention, {tasks} tasks", began.elapsed().as_secs_f64());
+        eprintln!(
+            "[{:>5.1}s] contention, {tasks} tasks",
+            began.elapsed().as_secs_f64()
+        );
         let mut runs = Vec::new();
         for lock in [&redlock, &rslock] {
             let key = format!("bench:contended:{}:{tasks}", lock.name());
-            let run = scenarios::contend(std::slice::from_ref(lock), &key, tasks, Stop::PerTask(PER_TASK / scale), HOLD).await;
+            let run = scenarios::contend(
+                std::slice::from_ref(lock),
+                &key,
+                tasks,
+                Stop::PerTask(PER_TASK / scale),
+                HOLD,
+            )
+            .await;
             runs.push(run);
         }
         contention_figures(&mut report, tasks, "", &runs[0], &runs[1]);
@@ -331,10 +394,27 @@ async fn run(options: Options) {
         (redlocks, rslocks)
     };
     for tasks in [16] {
-        eprintln!("[{:>5.1}s] contention, {tasks} clients", began.elapsed().as_secs_f64());
+        eprintln!(
+            "[{:>5.1}s] contention, {tasks} clients",
+            began.elapsed().as_secs_f64()
+        );
         let (redlocks, rslocks) = per_task_clients(tasks).await;
-        let a = scenarios::contend(&redlocks, &format!("bench:contended:redlock:{tasks}c"), tasks, Stop::PerTask(PER_TASK / scale), HOLD).await;
-        let b = scenarios::contend(&rslocks, &format!("bench:contended:rslock:{tasks}c"), tasks, Stop::PerTask(PER_TASK / scale), HOLD).await;
+        let a = scenarios::contend(
+            &redlocks,
+            &format!("bench:contended:redlock:{tasks}c"),
+            tasks,
+            Stop::PerTask(PER_TASK / scale),
+            HOLD,
+        )
+        .await;
+        let b = scenarios::contend(
+            &rslocks,
+            &format!("bench:contended:rslock:{tasks}c"),
+            tasks,
+            Stop::PerTask(PER_TASK / scale),
+            HOLD,
+        )
+        .await;
         contention_figures(&mut report, tasks, ", a client per task", &a, &b);
         violations_total[0] += a.violations;
         violations_total[1] += b.violations;
@@ -344,9 +424,15 @@ async fn run(options: Options) {
     let mut handoff_points: [Vec<(f64, f64, f64)>; 2] = [Vec::new(), Vec::new()];
     let mut rtts = Vec::new();
     for waiters in WAITERS {
-        eprintln!("[{:>5.1}s] handoff, {waiters} waiters", began.elapsed().as_secs_f64());
+        eprintln!(
+            "[{:>5.1}s] handoff, {waiters} waiters",
+            began.elapsed().as_secs_f64()
+        );
         let total = handoff_total(waiters, scale);
-        let rtt = micros(quantile(&scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await, 0.5));
+        let rtt = micros(quantile(
+            &scenarios::ping_block(&mut ping, BLOCK_LEN / scale).await,
+            0.5,
+        ));
         let idle_rtt = micros(quantile(
             &scenarios::idle_ping_block(&mut ping, 100 / scale, HOLD).await,
             0.5,
@@ -355,7 +441,16 @@ async fn run(options: Options) {
         let mut runs = Vec::new();
         for lock in [&redlock, &rslock] {
             let key = format!("bench:handoff:{}:{waiters}", lock.name());
-            runs.push(scenarios::contend(std::slice::from_ref(lock), &key, waiters + 1, Stop::Total(total), HOLD).await);
+            runs.push(
+                scenarios::contend(
+                    std::slice::from_ref(lock),
+                    &key,
+                    waiters + 1,
+                    Stop::Total(total),
+                    HOLD,
+                )
+                .await,
+            );
         }
         for (index, run) in runs.iter().enumerate() {
             violations_total[index] += run.violations;
@@ -376,8 +471,16 @@ async fn run(options: Options) {
                 rslock: Some(theirs),
                 unit: "µs",
                 limit: format!("RTT {} µs (idle {} µs)", number(rtt), number(idle_rtt)),
-                ratio: format!("{} RTT ({} idle)", number(mine / rtt), number(mine / idle_rtt)),
-                target: if q == 0.5 { "≤ 3 RTT".into() } else { "-".into() },
+                ratio: format!(
+                    "{} RTT ({} idle)",
+                    number(mine / rtt),
+                    number(mine / idle_rtt)
+                ),
+                target: if q == 0.5 {
+                    "≤ 3 RTT".into()
+                } else {
+                    "-".into()
+                },
                 verdict: if q == 0.5 {
                     Verdict::of(mine <= 3.0 * rtt && a.violations == 0)
                 } else {
@@ -401,19 +504,33 @@ async fn run(options: Options) {
     // 5. Round trips per acquisition, counted with MONITOR in a separate pass.
     let mut monitor = Monitor::start(server.port(), &url).await;
     for waiters in WAITERS {
-        eprintln!("[{:>5.1}s] round trips, {waiters} waiters", began.elapsed().as_secs_f64());
+        eprintln!(
+            "[{:>5.1}s] round trips, {waiters} waiters",
+            began.elapsed().as_secs_f64()
+        );
         let total = handoff_total(waiters, scale);
         let mut per_acquisition = Vec::new();
         let mut details = Vec::new();
         for lock in [&redlock, &rslock] {
             let key = format!("bench:rtt:{}:{waiters}", lock.name());
             let (run, commands) = monitor
-                .record(scenarios::contend(std::slice::from_ref(lock), &key, waiters + 1, Stop::Total(total), HOLD))
+                .record(scenarios::contend(
+                    std::slice::from_ref(lock),
+                    &key,
+                    waiters + 1,
+                    Stop::Total(total),
+                    HOLD,
+                ))
                 .await;
             let counts = monitor::top_level(&commands);
             let top: usize = counts.values().sum();
             per_acquisition.push(top as f64 / run.acquisitions as f64);
-            details.push(format!("{}: {} acquisitions, {}", lock.name(), run.acquisitions, monitor::summary(&counts)));
+            details.push(format!(
+                "{}: {} acquisitions, {}",
+                lock.name(),
+                run.acquisitions,
+                monitor::summary(&counts)
+            ));
             violations_total[usize::from(lock.name() == "rslock")] += run.violations;
         }
         report.add(Figure {
@@ -427,11 +544,17 @@ async fn run(options: Options) {
             target: "≤ 4, flat".into(),
             verdict: Verdict::of(per_acquisition[0] <= 4.0),
         });
-        report.note(format!("round trips, {waiters} waiters (top-level commands in the MONITOR window): {}", details.join("; ")));
+        report.note(format!(
+            "round trips, {waiters} waiters (top-level commands in the MONITOR window): {}",
+            details.join("; ")
+        ));
     }
     // The same with a client per task.
     for waiters in [16] {
-        eprintln!("[{:>5.1}s] round trips, {waiters} waiters, a client each", began.elapsed().as_secs_f64());
+        eprintln!(
+            "[{:>5.1}s] round trips, {waiters} waiters, a client each",
+            began.elapsed().as_secs_f64()
+        );
         let total = handoff_total(waiters, scale);
         let (redlocks, rslocks) = per_task_clients(waiters + 1).await;
         let mut per_acquisition = Vec::new();
@@ -440,17 +563,29 @@ async fn run(options: Options) {
             let name = locks[0].name();
             let key = format!("bench:rtt:{name}:{waiters}c");
             let (run, commands) = monitor
-                .record(scenarios::contend(locks, &key, waiters + 1, Stop::Total(total), HOLD))
+                .record(scenarios::contend(
+                    locks,
+                    &key,
+                    waiters + 1,
+                    Stop::Total(total),
+                    HOLD,
+                ))
                 .await;
             let counts = monitor::top_level(&commands);
             let top: usize = counts.values().sum();
             per_acquisition.push(top as f64 / run.acquisitions as f64);
-            details.push(format!("{name}: {} acquisitions, {}", run.acquisitions, monitor::summary(&counts)));
+            details.push(format!(
+                "{name}: {} acquisitions, {}",
+                run.acquisitions,
+                monitor::summary(&counts)
+            ));
             violations_total[usize::from(name == "rslock")] += run.violations;
         }
         report.add(Figure {
             id: format!("round_trips_per_acquisition.waiters_{waiters}.client_per_task"),
-            scenario: format!("Redis round trips per acquisition, {waiters} waiters, a client per task"),
+            scenario: format!(
+                "Redis round trips per acquisition, {waiters} waiters, a client per task"
+            ),
             redlock: Some(per_acquisition[0]),
             rslock: Some(per_acquisition[1]),
             unit: "",
@@ -505,7 +640,10 @@ async fn run(options: Options) {
         dashed: true,
         points: rtts,
     });
-    let plot = svg::handoff_plot(&format!("Handoff latency vs waiters — {}", system::now()), &series);
+    let plot = svg::handoff_plot(
+        &format!("Handoff latency vs waiters — {}", system::now()),
+        &series,
+    );
     match std::fs::write(&options.svg, plot) {
         Ok(()) => report.note(format!("handoff plot written to {}", options.svg)),
         Err(error) => report.note(format!("could not write {}: {error}", options.svg)),
@@ -524,7 +662,10 @@ async fn run(options: Options) {
 }
 
 /// Total microseconds Redis spent in `commands` so far (`INFO commandstats`).
-async fn command_usec(connection: &mut redis::aio::MultiplexedConnection, commands: &[&str]) -> f64 {
+async fn command_usec(
+    connection: &mut redis::aio::MultiplexedConnection,
+    commands: &[&str],
+) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(connection)
@@ -562,10 +703,18 @@ async fn command_durations(
     let mut parts = Vec::new();
     for lock in [redlock, rslock] {
         config(connection, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
-        config(connection, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]).await;
+        config(
+            connection,
+            &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
+        )
+        .await;
         config(connection, &["SLOWLOG", "RESET"]).await;
         scenarios::cycle_block(lock, &format!("bench:slowlog:{}", lock.name()), n).await;
-        config(connection, &["CONFIG", "SET", "slowlog-log-slower-than", "10000"]).await;
+        config(
+            connection,
+            &["CONFIG", "SET", "slowlog-log-slower-than", "10000"],
+        )
+        .await;
         let entries: redis::Value = redis::cmd("SLOWLOG")
             .arg("GET")
             .arg(-1)
@@ -581,13 +730,19 @@ async fn command_durations(
         };
         if let redis::Value::Array(entries) = entries {
             for entry in entries {
-                let redis::Value::Array(fields) = entry else { continue };
+                let redis::Value::Array(fields) = entry else {
+                    continue;
+                };
                 let (Some(redis::Value::Int(micros)), Some(redis::Value::Array(args))) =
                     (fields.get(2), fields.get(3))
                 else {
                     continue;
                 };
-                let name = args.first().map(text).unwrap_or_default().to_ascii_uppercase();
+                let name = args
+                    .first()
+                    .map(text)
+                    .unwrap_or_default()
+                    .to_ascii_uppercase();
                 if name == "CONFIG" || name == "SLOWLOG" {
                     continue;
                 }
@@ -606,7 +761,11 @@ async fn command_durations(
             lock.name(),
             by_command
                 .iter()
-                .map(|(name, times)| format!("{name} {} µs (×{})", number(median(times)), times.len()))
+                .map(|(name, times)| format!(
+                    "{name} {} µs (×{})",
+                    number(median(times)),
+                    times.len()
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -624,7 +783,8 @@ async fn redis_cpu_seconds(connection: &mut redis::aio::MultiplexedConnection) -
     info.lines()
         .filter_map(|line| {
             let (name, value) = line.split_once(':')?;
-            matches!(name, "used_cpu_user" | "used_cpu_sys").then(|| value.trim().parse::<f64>().ok())?
+            matches!(name, "used_cpu_user" | "used_cpu_sys")
+                .then(|| value.trim().parse::<f64>().ok())?
         })
         .sum()
 }
@@ -637,7 +797,13 @@ async fn server_stat(connection: &mut redis::aio::MultiplexedConnection, field: 
         .await
         .expect("INFO stats");
     info.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':')?.trim().parse().ok())
+        .find_map(|line| {
+            line.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
@@ -650,8 +816,15 @@ async fn command_calls(connection: &mut redis::aio::MultiplexedConnection, comma
         .expect("INFO commandstats");
     info.lines()
         .find_map(|line| {
-            let fields = line.strip_prefix("cmdstat_")?.strip_prefix(command)?.strip_prefix(':')?;
-            fields.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()
+            let fields = line
+                .strip_prefix("cmdstat_")?
+                .strip_prefix(command)?
+                .strip_prefix(':')?;
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()
         })
         .unwrap_or(0)
 }
@@ -661,12 +834,25 @@ fn handoff_total(waiters: usize, scale: usize) -> usize {
     (200 / scale).max(2 * (waiters + 1))
 }
 
-fn contention_figures(report: &mut Report, tasks: usize, suffix: &str, a: &Contention, b: &Contention) {
-    let id_suffix = if suffix.is_empty() { String::new() } else { ".client_per_task".into() };
+fn contention_figures(
+    report: &mut Report,
+    tasks: usize,
+    suffix: &str,
+    a: &Contention,
+    b: &Contention,
+) {
+    let id_suffix = if suffix.is_empty() {
+        String::new()
+    } else {
+        ".client_per_task".into()
+    };
     let clean = a.violations == 0;
     report.add(Figure {
         id: format!("utilisation.tasks_{tasks}{id_suffix}"),
-        scenario: format!("{tasks} tasks × {} acquisitions of one key{suffix}: utilisation", a.acquisitions / tasks),
+        scenario: format!(
+            "{tasks} tasks × {} acquisitions of one key{suffix}: utilisation",
+            a.acquisitions / tasks
+        ),
         redlock: Some(a.utilisation()),
         rslock: Some(b.utilisation()),
         unit: "",
@@ -684,7 +870,11 @@ fn contention_figures(report: &mut Report, tasks: usize, suffix: &str, a: &Conte
         rslock: Some(p99(b)),
         unit: "ms",
         limit: format!("tasks × mean hold {} ms", number(limit(a))),
-        ratio: format!("{} × limit (rslock {})", number(p99(a) / limit(a)), number(p99(b) / limit(b))),
+        ratio: format!(
+            "{} × limit (rslock {})",
+            number(p99(a) / limit(a)),
+            number(p99(b) / limit(b))
+        ),
         target: "≤ 2 × limit".into(),
         verdict: Verdict::of(clean && p99(a) <= 2.0 * limit(a)),
     });
@@ -736,7 +926,11 @@ async fn watchdog(report: &mut Report, url: &str, port: u16, rtt: f64, scale: us
         .expect("connect the watchdog client");
     // Warm up: start the watchdog task and load the scripts before measuring memory.
     for _ in 0..2 {
-        let guard = client.lock("bench:watchdog:warm").acquire().await.expect("warm-up");
+        let guard = client
+            .lock("bench:watchdog:warm")
+            .acquire()
+            .await
+            .expect("warm-up");
         guard.release().await.expect("warm-up release");
     }
     let before = system::rss_bytes();
@@ -758,7 +952,11 @@ async fn watchdog(report: &mut Report, url: &str, port: u16, rtt: f64, scale: us
         }
     }
     let after = system::rss_bytes();
-    assert_eq!(client.watched_locks(), locks, "every lock is in watchdog renewal");
+    assert_eq!(
+        client.watched_locks(),
+        locks,
+        "every lock is in watchdog renewal"
+    );
     // Memory in steady state: after a few renewals, before MONITOR (whose reader thread
     // lives in this process) is attached.
     let mut trend = Vec::new();
@@ -825,7 +1023,9 @@ async fn watchdog(report: &mut Report, url: &str, port: u16, rtt: f64, scale: us
             number(calls as f64 / 4.0)
         ),
         target: "1".into(),
-        verdict: Verdict::of((rounds_per_tick - 1.0).abs() < 0.01 && calls_per_tick as usize == locks),
+        verdict: Verdict::of(
+            (rounds_per_tick - 1.0).abs() < 0.01 && calls_per_tick as usize == locks,
+        ),
     });
     let per_lock = after.saturating_sub(before) as f64 / locks as f64;
     let per_lock_ticks = after_ticks.saturating_sub(before) as f64 / locks as f64;

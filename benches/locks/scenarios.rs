@@ -8,7 +8,10 @@ use crate::contenders::Lock;
 use crate::stats::{median, quantile};
 
 /// `n` PINGs one after another; each one's round trip.
-pub async fn ping_block(connection: &mut redis::aio::MultiplexedConnection, n: usize) -> Vec<Duration> {
+pub async fn ping_block(
+    connection: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+) -> Vec<Duration> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
@@ -140,7 +143,13 @@ struct Shared {
 /// `tasks` tasks contend for `key`, each holding it for `hold` (a tokio sleep, so a
 /// little longer; the real hold is measured). Task `i` uses `locks[i % locks.len()]`:
 /// one shared client, or a client per task.
-pub async fn contend(locks: &[Lock], key: &str, tasks: usize, stop: Stop, hold: Duration) -> Contention {
+pub async fn contend(
+    locks: &[Lock],
+    key: &str,
+    tasks: usize,
+    stop: Stop,
+    hold: Duration,
+) -> Contention {
     let shared = Arc::new(Shared {
         inside: AtomicUsize::new(0),
         max_inside: AtomicUsize::new(0),
@@ -181,7 +190,9 @@ pub async fn contend(locks: &[Lock], key: &str, tasks: usize, stop: Stop, hold: 
                 let previous = *shared.last_release.lock().unwrap();
                 match previous {
                     Some((holder, _)) if holder == task => reacquired += 1,
-                    Some((_, released)) => handoffs.push(acquired.saturating_duration_since(released)),
+                    Some((_, released)) => {
+                        handoffs.push(acquired.saturating_duration_since(released))
+                    }
                     None => {}
                 }
                 waits.push(acquired - asked);

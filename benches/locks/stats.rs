@@ -95,7 +95,13 @@ impl Report {
     /// The table in Markdown, so that it can be pasted into BENCHMARKS.md as is.
     pub fn table(&self) -> String {
         let header = [
-            "scenario", "redlock", "rslock", "limit", "redlock vs", "target", "",
+            "scenario",
+            "redlock",
+            "rslock",
+            "limit",
+            "redlock vs",
+            "target",
+            "",
         ];
         let rows: Vec<[String; 7]> = self
             .figures

@@ -19,7 +19,10 @@ const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
 
 pub fn handoff_plot(title: &str, series: &[Series]) -> String {
-    let xs: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
     let ys: Vec<f64> = series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
@@ -35,7 +38,8 @@ pub fn handoff_plot(title: &str, series: &[Series]) -> String {
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
     let x_at = |x: f64| LEFT + (x.log2() - x_lo.log2()) / (x_hi.log2() - x_lo.log2()) * plot_w;
-    let y_at = |y: f64| TOP + plot_h - (y.log10() - y_lo.log10()) / (y_hi.log10() - y_lo.log10()) * plot_h;
+    let y_at =
+        |y: f64| TOP + plot_h - (y.log10() - y_lo.log10()) / (y_hi.log10() - y_lo.log10()) * plot_h;
 
     let mut svg = String::new();
     let _ = writeln!(
@@ -92,7 +96,11 @@ pub fn handoff_plot(title: &str, series: &[Series]) -> String {
     );
     // Series and legend.
     for (index, s) in series.iter().enumerate() {
-        let dash = if s.dashed { r#" stroke-dasharray="6 4""# } else { "" };
+        let dash = if s.dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
         let points: Vec<String> = s
             .points
             .iter()

@@ -8,7 +8,13 @@ pub fn rss_bytes() -> u64 {
     status
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map_or(0, |kib| kib * 1024)
 }
 
@@ -61,7 +67,9 @@ pub fn machine() -> String {
         .lines()
         .find_map(|line| line.strip_prefix("model name"))
         .and_then(|rest| rest.split_once(':'))
-        .map_or("unknown CPU".to_owned(), |(_, model)| model.trim().to_owned());
+        .map_or("unknown CPU".to_owned(), |(_, model)| {
+            model.trim().to_owned()
+        });
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let kernel = run("uname", &["-srm"]);
     format!("{model}, {cores} cores available, {kernel}")

@@ -1,0 +1,9 @@
+use redlock_runtime::{LockError, distributed_lock};
+
+#[distributed_lock(key = "order:<id>", lease = "10s", hold_at_least = "1m30s")]
+async fn pay_order(id: u64) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+fn main() {}

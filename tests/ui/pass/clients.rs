@@ -1,0 +1,36 @@
+// `client = ...`: a static (`&*LOCKS`), an `Arc<LockClient>`, a `&LockClient` parameter.
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use redlock_runtime::{LockClient, LockError, distributed_lock};
+
+static LOCKS: LazyLock<LockClient> = LazyLock::new(|| unimplemented!("connected at startup"));
+static CELL: OnceLock<LockClient> = OnceLock::new();
+
+#[distributed_lock(key = "order:<id>", client = &*LOCKS)]
+async fn from_static(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "order:<id>", client = CELL.get().expect("connected at startup"))]
+async fn from_once_lock(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "order:<id>", client = locks)]
+async fn from_arc(locks: Arc<LockClient>, id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "order:<id>", client = locks)]
+async fn from_ref(locks: &LockClient, id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+fn main() {
+    let _ = from_static(1);
+    let _ = from_once_lock(1);
+    fn _calls(locks: Arc<LockClient>) {
+        let _ = from_ref(&locks, 1);
+        let _ = from_arc(locks, 1);
+    }
+}

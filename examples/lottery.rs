@@ -130,7 +130,12 @@ impl From<redis::RedisError> for LotteryError {
 /// The scheduled job. `wait = "0s"`: a worker that finds the round taken skips it.
 /// `hold_at_least = "3s"`: the lock outlives the (short) draw, so a worker that fires a
 /// little late still finds it taken.
-#[distributed_lock(key = "lottery:<draw.date>", wait = "0s", lease = "30s", hold_at_least = "3s")]
+#[distributed_lock(
+    key = "lottery:<draw.date>",
+    wait = "0s",
+    lease = "30s",
+    hold_at_least = "3s"
+)]
 async fn draw_winners(draw: &Draw, store: &Store) -> Result<Vec<UserId>, LotteryError> {
     draw_and_record(draw, store).await
 }
@@ -218,7 +223,9 @@ async fn worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> 
         seed_users(&store.redis).await?;
     }
     let every = args.every.max(1);
-    let first = args.first.unwrap_or_else(|| next_multiple(unix_now(), every));
+    let first = args
+        .first
+        .unwrap_or_else(|| next_multiple(unix_now(), every));
     let late = Duration::from_millis(args.skew_ms);
     for round in 1..=args.rounds {
         let at = first + u64::from(round - 1) * every;
@@ -431,8 +438,8 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     // Render each round as soon as every worker has reported on it.
     let mut rounds: BTreeMap<u32, Vec<Event>> = BTreeMap::new();
     let mut rendered = 0;
-    let deadline = tokio::time::Instant::now()
-        + Duration::from_secs(every * u64::from(args.rounds) + 30);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_secs(every * u64::from(args.rounds) + 30);
     loop {
         let event = tokio::select! {
             event = events.recv() => event,
@@ -583,7 +590,10 @@ async fn check(
     for round in 1..=args.rounds {
         let date = utc(first + u64::from(round - 1) * args.every);
         let record: BTreeMap<String, String> = redis.hgetall(record_key(&date)).await?;
-        let draws: u64 = record.get("draws").and_then(|d| d.parse().ok()).unwrap_or(0);
+        let draws: u64 = record
+            .get("draws")
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0);
         let reported = rounds.get(&round).and_then(|reports| {
             reports.iter().find_map(|e| match &e.outcome {
                 Outcome::Drew { token, .. } => Some((e.worker.to_string(), token.clone())),
@@ -705,8 +715,7 @@ fn utc(secs: u64) -> String {
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

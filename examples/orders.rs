@@ -42,7 +42,7 @@ struct Args {
 }
 
 /// Every customer starts with this much, in cents.
-const OPENING_BALANCE: i64 = 100_00;
+const OPENING_BALANCE: i64 = 10_000;
 
 // ---------------------------------------------------------------------------------------
 // The ledger: the payments database, which checks fencing tokens
@@ -213,7 +213,7 @@ async fn concurrent_payments(args: &Args, ledger: &Arc<Ledger>) -> bool {
         args.orders, args.attempts
     );
     for id in 1..=args.orders {
-        ledger.open(id, 20_00 + 5_00 * id as i64);
+        ledger.open(id, 2_000 + 500 * id as i64);
     }
     let mut tasks = Vec::new();
     for _ in 0..args.attempts {
@@ -289,7 +289,7 @@ async fn fencing(url: &str, ledger: &Arc<Ledger>) -> Result<bool, LockError> {
     println!(
         "fencing: order {ORDER}, payer A stalls 600 ms past its 300 ms lease, payer B runs on another instance"
     );
-    ledger.open(ORDER, 25_00);
+    ledger.open(ORDER, 2_500);
     let instance_a = connect(url).await?;
     let instance_b = connect(url).await?;
     let started = Instant::now();
@@ -318,10 +318,7 @@ async fn fencing(url: &str, ledger: &Arc<Ledger>) -> Result<bool, LockError> {
     let payer_a = payer_a.await.expect("payer A");
     match &payer_a {
         Ok(payment) => println!("  A: {payment:?}"),
-        Err(error) => println!(
-            "  +{:>3} ms  A: {error}",
-            started.elapsed().as_millis()
-        ),
+        Err(error) => println!("  +{:>3} ms  A: {error}", started.elapsed().as_millis()),
     }
     let order = ledger.snapshot(ORDER);
     let rejected = !order.rejected.is_empty();

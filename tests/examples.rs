@@ -24,9 +24,19 @@ fn examples_dir() -> &'static PathBuf {
             .to_path_buf();
         let mut build = Command::new(env!("CARGO"));
         build
-            .args(["build", "--quiet", "--example", "lottery", "--example", "orders"])
+            .args([
+                "build",
+                "--quiet",
+                "--example",
+                "lottery",
+                "--example",
+                "orders",
+            ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("CARGO_TARGET_DIR", profile_dir.parent().expect("target dir"));
+            .env(
+                "CARGO_TARGET_DIR",
+                profile_dir.parent().expect("target dir"),
+            );
         if profile_dir.ends_with("release") {
             build.arg("--release");
         }
@@ -153,7 +163,11 @@ fn lottery_without_hold_at_least_is_caught_drawing_twice() {
         ],
         Duration::from_secs(60),
     );
-    assert!(!run.success, "the check should have failed:\n{}", run.stdout);
+    assert!(
+        !run.success,
+        "the check should have failed:\n{}",
+        run.stdout
+    );
     assert!(round_line(&run.stdout, 1).contains("DRAWN 2 TIMES"));
     assert!(run.stdout.contains("exactly-once check FAILED"));
     assert!(run.stdout.contains("was drawn 2 times"), "{}", run.stdout);

@@ -493,7 +493,7 @@ fn print_round(reports: &[Event]) {
         .collect();
     let time = &first.date[11..19];
     let winner = match drew.as_slice() {
-        [] => "nobody drew".to_owned(),
+        [] => "none of our workers drew".to_owned(),
         [one] => match &one.outcome {
             Outcome::Drew { token, .. } => {
                 format!("worker {} drew, fencing token {token}", one.worker)
@@ -607,7 +607,8 @@ async fn check(
                     record.get("worker").cloned().unwrap_or_default(),
                     record.get("token").cloned().unwrap_or_default(),
                 );
-                if reported.as_ref() != Some(&recorded) {
+                // `None`: a worker that joined by hand (not one of ours) drew it.
+                if reported.as_ref().is_some_and(|reported| *reported != recorded) {
                     failures.push(format!(
                         "round {round}: Redis says worker {} with token {}, the workers said {:?}",
                         recorded.0, recorded.1, reported

@@ -608,7 +608,10 @@ async fn check(
                     record.get("token").cloned().unwrap_or_default(),
                 );
                 // `None`: a worker that joined by hand (not one of ours) drew it.
-                if reported.as_ref().is_some_and(|reported| *reported != recorded) {
+                if reported
+                    .as_ref()
+                    .is_some_and(|reported| *reported != recorded)
+                {
                     failures.push(format!(
                         "round {round}: Redis says worker {} with token {}, the workers said {:?}",
                         recorded.0, recorded.1, reported

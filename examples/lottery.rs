@@ -32,7 +32,6 @@ use clap::Parser;
 use rand::seq::IndexedRandom;
 use redis::AsyncCommands;
 use redlock_runtime::{LockClient, LockError, distributed_lock};
-use redlock_testkit::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -353,23 +352,7 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         .into());
     }
     // A throwaway server unless REDLOCK_URL names one (or several: RedLock).
-    let (_server, url) = match std::env::var("REDLOCK_URL") {
-        Ok(url) if !url.trim().is_empty() => {
-            let masters = url.split(',').filter(|u| !u.trim().is_empty()).count();
-            if masters > 1 {
-                println!("Redis: REDLOCK_URL, RedLock over {masters} masters ({url})");
-            } else {
-                println!("Redis: REDLOCK_URL ({url})");
-            }
-            (None, url)
-        }
-        _ => {
-            let server = RedisServer::start();
-            let url = server.url();
-            println!("Redis: started a throwaway redis-server on {url} (REDLOCK_URL is unset)");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = redlock_testkit::redlock_url_or_throwaway_server();
     let data = redis::Client::open(first_url(&url))?
         .get_multiplexed_async_connection()
         .await?;

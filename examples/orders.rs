@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use redlock_runtime::{LockClient, LockError, current_lock, distributed_lock};
-use redlock_testkit::RedisServer;
 
 #[derive(Debug, Parser)]
 #[command(about = "Annotating business functions: each order is charged exactly once")]
@@ -371,18 +370,7 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let (_server, url) = match std::env::var("REDLOCK_URL") {
-        Ok(url) if !url.trim().is_empty() => {
-            println!("Redis: REDLOCK_URL ({url})");
-            (None, url)
-        }
-        _ => {
-            let server = RedisServer::start();
-            let url = server.url();
-            println!("Redis: started a throwaway redis-server on {url} (REDLOCK_URL is unset)");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = redlock_testkit::redlock_url_or_throwaway_server();
     let client = match connect(&url).await {
         Ok(client) => client,
         Err(error) => {

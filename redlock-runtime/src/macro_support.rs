@@ -177,7 +177,9 @@ where
         Ok(()) => result,
         Err(error @ LockError::Lost { .. }) if spec.abort_on_lost => Err(error.into()),
         Err(error) => {
-            tracing::warn!(%error, "redlock: release after the body failed; the lease will run out");
+            // "continue" mode, or Redis unreachable: the body's result stands; a lock we
+            // could not release runs out with its lease.
+            tracing::warn!(%error, "redlock: the release after the body failed");
             result
         }
     }

@@ -267,6 +267,7 @@ fn manager_config(config: &ClientConfig, handler: &notify::PushHandler) -> Conne
         .set_response_timeout(Some(config.response_timeout))
         .set_connection_timeout(Some(config.connect_timeout))
         .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(500))
         .set_automatic_resubscription()
         .set_pipeline_buffer_size(1024)

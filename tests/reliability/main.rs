@@ -5,7 +5,9 @@
 //! stale writes refused by a fenced store ([`store`]), every acquisition released or
 //! expired, no wait overrun. [`contention`] runs thousands of holds; [`faults`] repeats
 //! the check while holders and Redis are killed, stopped, restarted or cut off;
-//! [`bad_input`] feeds every kind of bad key, duration, URL and foreign value.
+//! [`redlock_faults`] does the same over five RedLock masters while they are killed
+//! and restarted empty; [`bad_input`] feeds every kind of bad key, duration, URL and
+//! foreign value.
 //!
 //! RELIABILITY.md at the repository root states what these tests establish.
 
@@ -14,5 +16,6 @@ mod clock;
 mod contention;
 mod faults;
 mod history;
+mod redlock_faults;
 mod store;
 mod workers;

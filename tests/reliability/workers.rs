@@ -189,7 +189,10 @@ fn worker_process() {
         .build()
         .expect("a tokio runtime")
         .block_on(async move {
-            let client = LockClient::connect(&spec.lock_url)
+            // `lock_url` is REDLOCK_URL-style: a comma-separated list means RedLock.
+            let client = LockClient::builder_from_spec(&spec.lock_url)
+                .connect_timeout(Duration::from_millis(500))
+                .connect()
                 .await
                 .expect("connect to the lock's Redis");
             let store = FencedStore::connect(&spec.store_url).await;

@@ -125,12 +125,7 @@ impl RedisServer {
 
     /// Runs a command with `redis-cli` against this server and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("run redis-cli");
-        String::from_utf8_lossy(&output.stdout).trim().to_string()
+        redis_cli(self.port, args)
     }
 
     fn spawn_on_free_port(&mut self) {
@@ -209,6 +204,16 @@ pub fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid} failed");
 }
 
+/// Runs `redis-cli` against 127.0.0.1:`port` and returns its trimmed output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
 /// A loopback port that was free a moment ago; never 6379.
 pub fn free_port() -> u16 {
     loop {
@@ -258,3 +263,25 @@ pub mod cluster;
 pub use cluster::RedisCluster;
 pub mod sentinel;
 pub use sentinel::SentinelSetup;
+
+/// For the examples: the `REDLOCK_URL` the user set, or else a throwaway server (kept
+/// alive by the returned handle). Says which on stdout.
+pub fn redlock_url_or_throwaway_server() -> (Option<RedisServer>, String) {
+    match std::env::var("REDLOCK_URL") {
+        Ok(url) if !url.trim().is_empty() => {
+            let masters = url.split(',').filter(|u| !u.trim().is_empty()).count();
+            if masters > 1 {
+                println!("Redis: REDLOCK_URL, RedLock over {masters} masters ({url})");
+            } else {
+                println!("Redis: REDLOCK_URL ({url})");
+            }
+            (None, url)
+        }
+        _ => {
+            let server = RedisServer::start();
+            let url = server.url();
+            println!("Redis: started a throwaway redis-server on {url} (REDLOCK_URL is unset)");
+            (Some(server), url)
+        }
+    }
+}

@@ -80,12 +80,7 @@ impl Sentinel {
 
     /// Runs `redis-cli` against this sentinel.
     pub fn cli(&self, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("run redis-cli");
-        String::from_utf8_lossy(&output.stdout).trim().to_string()
+        crate::redis_cli(self.port, args)
     }
 
     /// The port of the primary this sentinel currently names.

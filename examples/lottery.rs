@@ -1,0 +1,727 @@
+//! Scheduled-job exclusivity: N worker processes run the same schedule, and each round
+//! exactly one of them draws the lottery.
+//!
+//! ```text
+//! cargo run --release --example lottery                         # 4 workers, 3 rounds, every 5 s
+//! cargo run --release --example lottery -- --workers 6 --rounds 5 --every 2 --skew-ms 1500
+//! cargo run --release --example lottery -- --without-hold-at-least   # watch the check fail
+//! ```
+//!
+//! Run without `--worker`, this binary is the coordinator: it starts a throwaway
+//! `redis-server` when `REDLOCK_URL` is unset (or uses `REDLOCK_URL`; a comma-separated
+//! list means RedLock), seeds the users, spawns `--workers` copies of itself with
+//! `--worker <i>`, renders what they report, and at the end reads every round's record
+//! back from Redis and checks that each round was drawn exactly once.
+//!
+//! Every worker wakes at the same wall-clock instants (whole multiples of `--every`,
+//! our stand-in for "every day at noon") and calls `draw_winners`. The lock's key names
+//! the round, so one worker wins it and the others skip. The last worker fires
+//! `--skew-ms` late, like a process whose clock or scheduler lags: by then the winner
+//! has long finished, and only `hold_at_least = "3s"` keeps the round's lock in place so
+//! that the late worker does not draw the same round a second time.
+//!
+//! A worker can also join by hand, e.g. from another terminal:
+//! `REDLOCK_URL=redis://127.0.0.1:PORT/ cargo run --example lottery -- --worker 9`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use rand::seq::IndexedRandom;
+use redis::AsyncCommands;
+use redlock_runtime::{LockClient, LockError, distributed_lock};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// How many users are seeded, and how many of them win each round.
+const USERS: u32 = 1000;
+const WINNERS: usize = 10;
+const USERS_KEY: &str = "lottery:users";
+
+#[derive(Debug, Clone, Parser)]
+#[command(about = "Scheduled-job exclusivity: N workers, one draw per round")]
+struct Args {
+    /// Number of worker processes the coordinator starts.
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// Number of draws (rounds).
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Seconds between draws; rounds fire at whole multiples of it on the wall clock.
+    #[arg(long, default_value_t = 5)]
+    every: u64,
+    /// How late the last worker fires each round, in milliseconds (0: nobody is late).
+    #[arg(long, default_value_t = 1500)]
+    skew_ms: u64,
+    /// Draw with the same lock but without `hold_at_least`: a late worker then draws
+    /// the round again, and the final check fails.
+    #[arg(long)]
+    without_hold_at_least: bool,
+    /// Run as worker <ID> (set by the coordinator; use it by hand to join a running demo).
+    #[arg(long, value_name = "ID")]
+    worker: Option<u32>,
+    /// Unix time (seconds) of the first round, set by the coordinator for its workers;
+    /// without it a worker starts at the next multiple of `--every`.
+    #[arg(long, hide = true)]
+    first: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The job
+// ---------------------------------------------------------------------------------------
+
+/// One scheduled draw.
+#[derive(Debug, Clone)]
+struct Draw {
+    round: u32,
+    /// The instant the draw is scheduled for, as UTC text: it names the round's lock.
+    date: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct UserId(u32);
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "user-{:04}", self.0)
+    }
+}
+
+/// The lottery's data in Redis, as seen by one worker.
+struct Store {
+    redis: redis::aio::MultiplexedConnection,
+    worker: u32,
+    /// The fencing token of this worker's last recorded draw.
+    last_token: std::sync::Mutex<u64>,
+}
+
+#[derive(Debug)]
+enum LotteryError {
+    Lock(LockError),
+    Redis(redis::RedisError),
+}
+
+impl fmt::Display for LotteryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LotteryError::Lock(error) => error.fmt(f),
+            LotteryError::Redis(error) => write!(f, "Redis failed: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for LotteryError {}
+
+impl From<LockError> for LotteryError {
+    fn from(error: LockError) -> Self {
+        LotteryError::Lock(error)
+    }
+}
+
+impl From<redis::RedisError> for LotteryError {
+    fn from(error: redis::RedisError) -> Self {
+        LotteryError::Redis(error)
+    }
+}
+
+/// The scheduled job. `wait = "0s"`: a worker that finds the round taken skips it.
+/// `hold_at_least = "3s"`: the lock outlives the (short) draw, so a worker that fires a
+/// little late still finds it taken.
+#[distributed_lock(
+    key = "lottery:<draw.date>",
+    wait = "0s",
+    lease = "30s",
+    hold_at_least = "3s"
+)]
+async fn draw_winners(draw: &Draw, store: &Store) -> Result<Vec<UserId>, LotteryError> {
+    draw_and_record(draw, store).await
+}
+
+/// The same job without `hold_at_least` (`--without-hold-at-least`): the lock is gone
+/// as soon as the draw is done.
+#[distributed_lock(key = "lottery:<draw.date>", wait = "0s", lease = "30s")]
+async fn draw_winners_without_hold(
+    draw: &Draw,
+    store: &Store,
+) -> Result<Vec<UserId>, LotteryError> {
+    draw_and_record(draw, store).await
+}
+
+/// The body of the job: picks the winners and records them with the fencing token.
+async fn draw_and_record(draw: &Draw, store: &Store) -> Result<Vec<UserId>, LotteryError> {
+    let lock = redlock_runtime::current_lock().expect("called under #[distributed_lock]");
+    let mut redis = store.redis.clone();
+    let users: Vec<u32> = redis.smembers(USERS_KEY).await?;
+    let mut winners: Vec<UserId> = users
+        .choose_multiple(&mut rand::rng(), WINNERS)
+        .map(|&id| UserId(id))
+        .collect();
+    winners.sort();
+    // Drawing takes a moment (notifying the winners, ...): far less than hold_at_least.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    record_draw(store, draw, lock.fencing_token(), &winners).await?;
+    *store.last_token.lock().unwrap_or_else(|e| e.into_inner()) = lock.fencing_token();
+    Ok(winners)
+}
+
+/// The round's record, a hash `lottery:draw:<date>`: every drawer is counted (so a
+/// double draw is detected, not hidden), and the winner fields are written by the
+/// drawer with the highest fencing token seen.
+static RECORD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local draws = redis.call('HINCRBY', KEYS[1], 'draws', 1)
+local drawer = ARGV[1] .. '@' .. ARGV[2]
+local drawers = redis.call('HGET', KEYS[1], 'drawers')
+redis.call('HSET', KEYS[1], 'drawers', drawers and (drawers .. ',' .. drawer) or drawer)
+local seen = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+if tonumber(ARGV[2]) > seen then
+  redis.call('HSET', KEYS[1], 'worker', ARGV[1], 'token', ARGV[2], 'winners', ARGV[3])
+end
+return draws
+"#,
+    )
+});
+
+fn record_key(date: &str) -> String {
+    format!("lottery:draw:{date}")
+}
+
+async fn record_draw(
+    store: &Store,
+    draw: &Draw,
+    token: u64,
+    winners: &[UserId],
+) -> Result<u64, redis::RedisError> {
+    let winners: Vec<String> = winners.iter().map(ToString::to_string).collect();
+    RECORD
+        .key(record_key(&draw.date))
+        .arg(store.worker)
+        .arg(token)
+        .arg(winners.join(","))
+        .invoke_async(&mut store.redis.clone())
+        .await
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker
+// ---------------------------------------------------------------------------------------
+
+async fn worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> {
+    let client = LockClient::from_env().await?;
+    redlock_runtime::set_default_client(client);
+    let store = Store {
+        redis: data_connection().await?,
+        worker: id,
+        last_token: std::sync::Mutex::new(0),
+    };
+    if args.first.is_none() {
+        // Joined by hand: make sure there is someone to draw.
+        seed_users(&store.redis).await?;
+    }
+    let every = args.every.max(1);
+    let first = args
+        .first
+        .unwrap_or_else(|| next_multiple(unix_now(), every));
+    let late = Duration::from_millis(args.skew_ms);
+    for round in 1..=args.rounds {
+        let at = first + u64::from(round - 1) * every;
+        let draw = Draw {
+            round,
+            date: utc(at),
+        };
+        sleep_until_unix(Duration::from_secs(at) + late).await;
+        let fired_late_ms = (unix_now_duration().saturating_sub(Duration::from_secs(at)))
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64;
+        let outcome = if args.without_hold_at_least {
+            draw_winners_without_hold(&draw, &store).await
+        } else {
+            draw_winners(&draw, &store).await
+        };
+        let prefix = format!(
+            "EVENT round={} date={} worker={id} late_ms={fired_late_ms}",
+            draw.round, draw.date
+        );
+        match outcome {
+            Ok(winners) => {
+                let token = *store.last_token.lock().unwrap_or_else(|e| e.into_inner());
+                let winners: Vec<String> = winners.iter().map(ToString::to_string).collect();
+                println!(
+                    "{prefix} outcome=drew token={token} winners={}",
+                    winners.join(",")
+                );
+            }
+            Err(LotteryError::Lock(error)) if error.is_timeout() => {
+                // Who has it? The winner records the draw within a moment of locking.
+                let taken_by = wait_for_record(&store, &draw.date).await?;
+                println!(
+                    "{prefix} outcome=skipped taken_by={}",
+                    taken_by.as_deref().unwrap_or("?")
+                );
+            }
+            Err(error) => {
+                println!("{prefix} outcome=error message={error}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The worker that drew `date`, once its record is there (up to 2 s).
+async fn wait_for_record(store: &Store, date: &str) -> Result<Option<String>, redis::RedisError> {
+    let mut redis = store.redis.clone();
+    for _ in 0..40 {
+        let worker: Option<String> = redis.hget(record_key(date), "worker").await?;
+        if worker.is_some() {
+            return Ok(worker);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// Coordinator
+// ---------------------------------------------------------------------------------------
+
+/// What a worker reported about one round.
+#[derive(Debug, Clone)]
+struct Event {
+    round: u32,
+    date: String,
+    worker: u32,
+    late_ms: u64,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone)]
+enum Outcome {
+    Drew { token: String, winners: Vec<String> },
+    Skipped { taken_by: String },
+    Error { message: String },
+}
+
+fn parse_event(line: &str) -> Option<Event> {
+    let rest = line.strip_prefix("EVENT ")?;
+    // `message=` comes last and may contain spaces.
+    let (rest, message) = match rest.split_once(" message=") {
+        Some((rest, message)) => (rest, Some(message.to_owned())),
+        None => (rest, None),
+    };
+    let fields: BTreeMap<&str, &str> = rest
+        .split(' ')
+        .filter_map(|field| field.split_once('='))
+        .collect();
+    let outcome = match *fields.get("outcome")? {
+        "drew" => Outcome::Drew {
+            token: fields.get("token")?.to_string(),
+            winners: fields
+                .get("winners")?
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+        },
+        "skipped" => Outcome::Skipped {
+            taken_by: fields.get("taken_by")?.to_string(),
+        },
+        _ => Outcome::Error {
+            message: message.unwrap_or_default(),
+        },
+    };
+    Some(Event {
+        round: fields.get("round")?.parse().ok()?,
+        date: fields.get("date")?.to_string(),
+        worker: fields.get("worker")?.parse().ok()?,
+        late_ms: fields.get("late_ms")?.parse().ok()?,
+        outcome,
+    })
+}
+
+async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
+    if args.workers == 0 || args.rounds == 0 || args.every == 0 {
+        return Err("--workers, --rounds and --every must be above zero".into());
+    }
+    if args.skew_ms >= args.every * 1000 {
+        return Err(format!(
+            "--skew-ms ({}) must be shorter than --every ({} s)",
+            args.skew_ms, args.every
+        )
+        .into());
+    }
+    // A throwaway server unless REDLOCK_URL names one (or several: RedLock).
+    let (_server, url) = redlock_testkit::redlock_url_or_throwaway_server();
+    let data = redis::Client::open(first_url(&url))?
+        .get_multiplexed_async_connection()
+        .await?;
+    seed_users(&data).await?;
+
+    // Give the workers a moment to start, then fire on the next whole multiple.
+    let every = args.every;
+    let first = next_multiple(unix_now() + 1, every);
+    let hold = if args.without_hold_at_least {
+        "WITHOUT hold_at_least"
+    } else {
+        "hold_at_least = 3s"
+    };
+    println!(
+        "{} workers, {} rounds, one every {every} s on the wall clock from {} UTC; {hold}",
+        args.workers,
+        args.rounds,
+        &utc(first)[11..19],
+    );
+    if args.skew_ms > 0 {
+        println!(
+            "worker {} fires {} ms late each round (a slow clock or a busy scheduler)",
+            args.workers, args.skew_ms
+        );
+    }
+    println!();
+
+    let exe = std::env::current_exe()?;
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let mut children = Vec::new();
+    for id in 1..=args.workers {
+        let skew = if id == args.workers { args.skew_ms } else { 0 };
+        let mut command = Command::new(&exe);
+        command
+            .args(["--worker", &id.to_string()])
+            .args(["--first", &first.to_string()])
+            .args(["--every", &every.to_string()])
+            .args(["--rounds", &args.rounds.to_string()])
+            .args(["--skew-ms", &skew.to_string()])
+            .env("REDLOCK_URL", &url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if args.without_hold_at_least {
+            command.arg("--without-hold-at-least");
+        }
+        let mut child = command.spawn()?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let events_tx = events_tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match parse_event(&line) {
+                    Some(event) => {
+                        let _ = events_tx.send(event);
+                    }
+                    None => println!("  [worker {id}] {line}"),
+                }
+            }
+        });
+        children.push((id, child));
+    }
+    drop(events_tx);
+
+    // Render each round as soon as every worker has reported on it.
+    let mut rounds: BTreeMap<u32, Vec<Event>> = BTreeMap::new();
+    let mut rendered = 0;
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_secs(every * u64::from(args.rounds) + 30);
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            () = tokio::time::sleep_until(deadline) => {
+                println!("workers did not report in time");
+                None
+            }
+        };
+        let Some(event) = event else { break };
+        let round = event.round;
+        let reports = rounds.entry(round).or_default();
+        reports.push(event);
+        if reports.len() == args.workers as usize {
+            print_round(reports);
+            rendered += 1;
+        }
+    }
+    let mut ok = true;
+    for (id, mut child) in children {
+        let status = child.wait().await?;
+        if !status.success() {
+            println!("worker {id} exited with {status}");
+            ok = false;
+        }
+    }
+    // Rounds that not every worker reported on.
+    if rendered < rounds.len() {
+        for reports in rounds.values().filter(|r| r.len() < args.workers as usize) {
+            print_round(reports);
+        }
+    }
+
+    print_summary(&rounds);
+    let checked = check(&data, args, first, &rounds).await?;
+    Ok(ok && checked)
+}
+
+fn print_round(reports: &[Event]) {
+    let first = &reports[0];
+    let drew: Vec<&Event> = reports
+        .iter()
+        .filter(|e| matches!(e.outcome, Outcome::Drew { .. }))
+        .collect();
+    let skipped = reports
+        .iter()
+        .filter(|e| matches!(e.outcome, Outcome::Skipped { .. }))
+        .count();
+    let late_skips: Vec<&Event> = reports
+        .iter()
+        .filter(|e| e.late_ms >= 250 && matches!(e.outcome, Outcome::Skipped { .. }))
+        .collect();
+    let time = &first.date[11..19];
+    let winner = match drew.as_slice() {
+        [] => "none of our workers drew".to_owned(),
+        [one] => match &one.outcome {
+            Outcome::Drew { token, .. } => {
+                format!("worker {} drew, fencing token {token}", one.worker)
+            }
+            _ => unreachable!(),
+        },
+        many => format!(
+            "DRAWN {} TIMES, by workers {}",
+            many.len(),
+            many.iter()
+                .map(|e| format!("{} (+{} ms)", e.worker, e.late_ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut seen: Vec<&str> = reports
+        .iter()
+        .filter_map(|e| match &e.outcome {
+            Outcome::Skipped { taken_by } => Some(taken_by.as_str()),
+            _ => None,
+        })
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    let mut line = format!(
+        "round {} at {time}: {winner}; {skipped} skipped",
+        first.round
+    );
+    if !seen.is_empty() {
+        line.push_str(&format!(", finding it taken by worker {}", seen.join("/")));
+    }
+    for late in late_skips {
+        line.push_str(&format!(
+            " (worker {} fired {} ms late: lock still held by hold_at_least)",
+            late.worker, late.late_ms
+        ));
+    }
+    println!("{line}");
+    for event in reports {
+        if let Outcome::Error { message } = &event.outcome {
+            println!("  worker {} failed: {message}", event.worker);
+        }
+    }
+}
+
+fn print_summary(rounds: &BTreeMap<u32, Vec<Event>>) {
+    println!();
+    println!(
+        "{:<6} {:<9} {:<7} {:<17} {:>5} {:>8}  winners",
+        "round", "UTC", "winner", "fencing token", "drew", "skipped"
+    );
+    for (round, reports) in rounds {
+        let drew: Vec<&Event> = reports
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Drew { .. }))
+            .collect();
+        let skipped = reports
+            .iter()
+            .filter(|e| matches!(e.outcome, Outcome::Skipped { .. }))
+            .count();
+        let (winner, token, winners) = match drew.first().map(|e| (e.worker, &e.outcome)) {
+            Some((worker, Outcome::Drew { token, winners })) => {
+                let shown = winners[..3.min(winners.len())].join(" ");
+                (
+                    worker.to_string(),
+                    token.clone(),
+                    format!("{shown} … ({} in all)", winners.len()),
+                )
+            }
+            _ => ("-".into(), "-".into(), String::new()),
+        };
+        println!(
+            "{:<6} {:<9} {:<7} {:<17} {:>5} {:>8}  {winners}",
+            round,
+            &reports[0].date[11..19],
+            winner,
+            token,
+            drew.len(),
+            skipped
+        );
+    }
+    println!();
+}
+
+/// Reads every round's record back from Redis: exactly one draw each.
+async fn check(
+    data: &redis::aio::MultiplexedConnection,
+    args: &Args,
+    first: u64,
+    rounds: &BTreeMap<u32, Vec<Event>>,
+) -> Result<bool, redis::RedisError> {
+    let mut redis = data.clone();
+    let mut failures = Vec::new();
+    for round in 1..=args.rounds {
+        let date = utc(first + u64::from(round - 1) * args.every);
+        let record: BTreeMap<String, String> = redis.hgetall(record_key(&date)).await?;
+        let draws: u64 = record
+            .get("draws")
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0);
+        let reported = rounds.get(&round).and_then(|reports| {
+            reports.iter().find_map(|e| match &e.outcome {
+                Outcome::Drew { token, .. } => Some((e.worker.to_string(), token.clone())),
+                _ => None,
+            })
+        });
+        match draws {
+            0 => failures.push(format!("round {round} ({date}) was never drawn")),
+            1 => {
+                let recorded = (
+                    record.get("worker").cloned().unwrap_or_default(),
+                    record.get("token").cloned().unwrap_or_default(),
+                );
+                // `None`: a worker that joined by hand (not one of ours) drew it.
+                if reported
+                    .as_ref()
+                    .is_some_and(|reported| *reported != recorded)
+                {
+                    failures.push(format!(
+                        "round {round}: Redis says worker {} with token {}, the workers said {:?}",
+                        recorded.0, recorded.1, reported
+                    ));
+                }
+            }
+            n => failures.push(format!(
+                "round {round} ({date}) was drawn {n} times, by worker@token {}",
+                record.get("drawers").map(String::as_str).unwrap_or("?")
+            )),
+        }
+    }
+    if failures.is_empty() {
+        println!(
+            "exactly-once check passed: {} rounds, {} draws in Redis, one per round",
+            args.rounds, args.rounds
+        );
+        Ok(true)
+    } else {
+        println!("exactly-once check FAILED:");
+        for failure in &failures {
+            println!("  {failure}");
+        }
+        if args.without_hold_at_least {
+            println!(
+                "  (--without-hold-at-least: the winner released the lock as soon as it was done, \
+                 so the late worker found it free and drew again; hold_at_least = \"3s\" prevents this)"
+            );
+        }
+        Ok(false)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared helpers
+// ---------------------------------------------------------------------------------------
+
+/// The data lives on the first server of `REDLOCK_URL` (with RedLock, the locks span
+/// all of them; the data is the application's business, here simply the first one).
+fn first_url(url: &str) -> String {
+    url.split(',')
+        .map(str::trim)
+        .find(|u| !u.is_empty())
+        .unwrap_or(redlock_runtime::DEFAULT_URL)
+        .to_owned()
+}
+
+async fn data_connection() -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
+    let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| redlock_runtime::DEFAULT_URL.into());
+    redis::Client::open(first_url(&url))?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+async fn seed_users(redis: &redis::aio::MultiplexedConnection) -> Result<(), redis::RedisError> {
+    let users: Vec<u32> = (1..=USERS).collect();
+    redis.clone().sadd(USERS_KEY, users).await
+}
+
+fn unix_now_duration() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+fn unix_now() -> u64 {
+    unix_now_duration().as_secs()
+}
+
+/// The first whole multiple of `every` seconds strictly after `now`.
+fn next_multiple(now: u64, every: u64) -> u64 {
+    (now / every + 1) * every
+}
+
+async fn sleep_until_unix(at: Duration) {
+    let now = unix_now_duration();
+    if at > now {
+        tokio::time::sleep(at - now).await;
+    }
+}
+
+/// `2025-06-01T12:00:05Z` for a Unix time in seconds.
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rest = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match args.worker {
+        Some(id) => match worker(&args, id).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("worker {id}: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        None => match coordinator(&args).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(error) => {
+                eprintln!("lottery: {error}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,200 @@
+//! Runs the examples with small parameters, so that they cannot rot: exit codes and the
+//! lines a newcomer reads. Each run starts its own throwaway redis-server (REDLOCK_URL is
+//! removed from the child's environment), never on port 6379.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The directory of the built example binaries (`target/<profile>/examples`).
+///
+/// `cargo test` builds the examples before it runs the tests, but `cargo test --test
+/// examples` does not, so build them here too (a no-op when they are up to date).
+fn examples_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // This test runs as target/<profile>/deps/examples-<hash>.
+        let exe = std::env::current_exe().expect("test executable");
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>/deps")
+            .to_path_buf();
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args([
+                "build",
+                "--quiet",
+                "--example",
+                "lottery",
+                "--example",
+                "orders",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env(
+                "CARGO_TARGET_DIR",
+                profile_dir.parent().expect("target dir"),
+            );
+        if profile_dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build for the examples");
+        assert!(status.success(), "building the examples failed");
+        profile_dir.join("examples")
+    })
+}
+
+struct Run {
+    success: bool,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs an example with `args`, killing it after `limit`.
+fn run_example(name: &str, args: &[&str], limit: Duration) -> Run {
+    let binary = examples_dir().join(name);
+    let started = Instant::now();
+    let mut child = Command::new(&binary)
+        .args(args)
+        .env_remove("REDLOCK_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
+    let pipe = |mut reader: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = reader.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = pipe(Box::new(child.stderr.take().expect("stderr")));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the example") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{name} {args:?} still running after {limit:?}; output so far:\n{}",
+                stdout.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let run = Run {
+        success: status.success(),
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+        took: started.elapsed(),
+    };
+    eprintln!(
+        "--- {name} {} ({:.1?}, {status})\n{}{}",
+        args.join(" "),
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    run
+}
+
+fn round_line(stdout: &str, round: u32) -> &str {
+    let prefix = format!("round {round} at ");
+    stdout
+        .lines()
+        .find(|line| line.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no line for round {round} in:\n{stdout}"))
+}
+
+#[test]
+fn lottery_draws_each_round_exactly_once() {
+    let run = run_example(
+        "lottery",
+        &[
+            "--workers",
+            "3",
+            "--rounds",
+            "2",
+            "--every",
+            "2",
+            "--skew-ms",
+            "1000",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(run.success, "the lottery failed:\n{}", run.stdout);
+    assert!(run.stdout.contains("started a throwaway redis-server"));
+    for round in 1..=2 {
+        let line = round_line(&run.stdout, round);
+        assert!(line.contains("drew, fencing token"), "{line}");
+        assert!(line.contains("2 skipped"), "{line}");
+        // The late worker found the lock kept by hold_at_least.
+        assert!(line.contains("worker 3 fired"), "{line}");
+    }
+    assert!(
+        run.stdout
+            .contains("exactly-once check passed: 2 rounds, 2 draws in Redis, one per round"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn lottery_without_hold_at_least_is_caught_drawing_twice() {
+    let run = run_example(
+        "lottery",
+        &[
+            "--workers",
+            "2",
+            "--rounds",
+            "1",
+            "--every",
+            "2",
+            "--skew-ms",
+            "1000",
+            "--without-hold-at-least",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        !run.success,
+        "the check should have failed:\n{}",
+        run.stdout
+    );
+    assert!(round_line(&run.stdout, 1).contains("DRAWN 2 TIMES"));
+    assert!(run.stdout.contains("exactly-once check FAILED"));
+    assert!(run.stdout.contains("was drawn 2 times"), "{}", run.stdout);
+}
+
+#[test]
+fn orders_are_charged_exactly_once_and_stale_writes_are_fenced() {
+    let run = run_example(
+        "orders",
+        &["--orders", "3", "--attempts", "6"],
+        Duration::from_secs(60),
+    );
+    assert!(run.success, "orders failed:\n{}", run.stdout);
+    assert_eq!(run.stdout.matches("charged once ✓").count(), 3);
+    assert!(run.stdout.contains("every order charged exactly once"));
+    assert!(run.stdout.contains("the ledger rejected the write"));
+    assert!(run.stdout.contains("fencing check passed"));
+}
+
+#[test]
+fn orders_without_the_lock_double_charge() {
+    let run = run_example(
+        "orders",
+        &["--orders", "3", "--attempts", "6", "--without-lock"],
+        Duration::from_secs(60),
+    );
+    assert!(run.success, "{}", run.stdout);
+    assert!(run.stdout.contains(" times ✗"), "{}", run.stdout);
+    assert!(run.stdout.contains("double charges"), "{}", run.stdout);
+}

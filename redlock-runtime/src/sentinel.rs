@@ -46,9 +46,11 @@ impl SentinelConnection {
     ) -> RedisResult<Self> {
         let node_info = SentinelNodeConnectionInfo::default()
             .set_redis_connection_info(redis_settings.set_protocol(ProtocolVersion::RESP3));
+        // An owned name fits both signatures of `build` (with and without redis's TLS).
+        let service = String::from(service);
         let mut client = SentinelClient::build(
             sentinels,
-            service.to_owned(),
+            service,
             Some(node_info),
             SentinelServerType::Master,
         )?;

@@ -11,6 +11,7 @@
 //! than it blocks other clients').
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::OwnedMutexGuard;
@@ -24,6 +25,10 @@ struct Entry {
     turn: Arc<tokio::sync::Mutex<()>>,
     holder: Mutex<Weak<LockState>>,
     holder_changed: tokio::sync::Notify,
+    /// Set while one waiter watches the holder's lease on behalf of all: a hand-off
+    /// then wakes one watcher, not every waiter.
+    watched: AtomicBool,
+    watcher_left: tokio::sync::Notify,
 }
 
 type Turnstile = Arc<Entry>;
@@ -87,11 +92,23 @@ impl LocalQueues {
     }
 }
 
-/// Waits in line; meanwhile watches the holder's lease, whose end hands the turn on.
+/// Waits in line. One waiter at a time also watches the holder's lease, whose end
+/// hands the turn on even if the holder's guard lives on.
 async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     let in_line = entry.turn.clone().lock_owned();
     tokio::pin!(in_line);
+    let mut duty: Option<WatchDuty<'_>> = None;
     loop {
+        if duty.is_none() && !entry.watched.swap(true, Ordering::AcqRel) {
+            duty = Some(WatchDuty(entry));
+        }
+        if duty.is_none() {
+            // Someone else watches; take over if they leave.
+            tokio::select! {
+                guard = &mut in_line => return guard,
+                () = entry.watcher_left.notified() => continue,
+            }
+        }
         // Registered before the holder is read, so that a change in between is seen.
         let changed = entry.holder_changed.notified();
         tokio::pin!(changed);
@@ -114,6 +131,16 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
             () = holder_gone => {}
             () = &mut changed => {}
         }
+    }
+}
+
+/// The watching waiter's duty; leaving it (turn taken, or the wait dropped) passes it on.
+struct WatchDuty<'a>(&'a Entry);
+
+impl Drop for WatchDuty<'_> {
+    fn drop(&mut self) {
+        self.0.watched.store(false, Ordering::Release);
+        self.0.watcher_left.notify_one();
     }
 }
 

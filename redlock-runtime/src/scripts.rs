@@ -5,14 +5,18 @@
 //! with the lease as its expiry.
 //!
 //! ## Fencing tokens
-//! One counter key, [`FENCE_KEY`], is shared by every lock of a Redis server: the state
-//! fencing needs is one key, however many lock names are ever used. Acquisition sets
-//! the counter to `max(counter + 1, server time in microseconds)` and returns it, so:
+//! One counter key, [`FENCE_KEY`], is shared by every lock of a Redis server (on a
+//! cluster, one per slot): the state fencing needs is bounded, however many lock names
+//! are ever used. Each acquisition increments it (`INCR`, the cheap common case). When
+//! the increment finds no counter — the first lock ever, or Redis restarted empty
+//! without persistence — the counter is seeded with the server clock in microseconds.
+//! So:
 //! - tokens strictly increase per key (they strictly increase across all keys);
-//! - they keep increasing after Redis restarts empty (no persistence), because the
-//!   floor is the server clock, as long as that clock does not step back and fewer
-//!   than a million locks a second were taken before the restart;
-//! - they stay below 2^53, exact in Lua's doubles, until the year 2255.
+//! - they keep increasing after Redis restarts empty, as long as the server clock did
+//!   not step back and the locks taken since the previous seed averaged fewer than a
+//!   million a second (each one advances the counter by one, the clock by a microsecond
+//!   at least);
+//! - they stay below 2^53, exact in Lua's doubles, for centuries.
 
 use std::sync::LazyLock;
 
@@ -29,13 +33,13 @@ pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  local token = math.max(last + 1, floor)
-  local text = string.format('%.0f', token)
-  redis.call('SET', KEYS[2], text)
-  return {1, text}
+  local token = redis.call('INCR', KEYS[2])
+  if token == 1 then
+    local now = redis.call('TIME')
+    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', token))
+  end
+  return {1, token}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -47,6 +51,7 @@ return {0, ttl}
     )
 });
 
+/// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
 /// KEYS: lock. ARGV: owner token, ms to keep the key (0: delete it), release channel,
 /// publish command (PUBLISH, or SPUBLISH on a cluster).
 /// Returns 1 when deleted (and published), 2 when kept for `hold_at_least`, 0 when the
@@ -54,7 +59,7 @@ return {0, ttl}
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 if tonumber(ARGV[2]) > 0 then
@@ -72,7 +77,7 @@ return 1
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
-if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

@@ -428,3 +428,108 @@ async fn a_holder_stuck_past_its_lease_does_not_block_its_own_clients_waiters() 
     assert!(stuck.release().await.unwrap_err().is_lost());
     next.release().await.unwrap();
 }
+
+/// Calls of EVALSHA so far, from Redis's own statistics.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_next_task_in_one_script() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let in_section = Arc::new(AtomicUsize::new(0));
+    let before = evalsha_calls(&server);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            let in_section = in_section.clone();
+            tokio::spawn(async move {
+                let mut tokens = Vec::new();
+                for _ in 0..20 {
+                    let guard = client
+                        .lock("relay")
+                        .wait(Duration::from_secs(30))
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        in_section.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    in_section.fetch_sub(1, Ordering::SeqCst);
+                    tokens.push(guard.fencing_token());
+                    guard.release().await.unwrap();
+                }
+                tokens
+            })
+        })
+        .collect();
+    let mut tokens = Vec::new();
+    for task in tasks {
+        tokens.extend(task.await.unwrap());
+    }
+    let calls = evalsha_calls(&server) - before;
+    // 160 acquisitions: a plain release + acquire would be 320 scripts; a hand-off is
+    // one script for both, and only every ninth release goes through Redis on its own.
+    assert!(calls < 230, "{calls} scripts for 160 acquisitions");
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 160, "a fencing token was handed out twice");
+    assert_eq!(
+        server.cli(&["EXISTS", "relay"]),
+        "0",
+        "the lock outlived its last release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_offs_inside_a_client_do_not_starve_other_clients() {
+    let server = RedisServer::start();
+    let busy = client(&server).await;
+    let outsider = client(&server).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let busy = busy.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = busy
+                        .lock("hot")
+                        .wait(Duration::from_secs(30))
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..5 {
+        let guard = outsider
+            .lock("hot")
+            .wait(Duration::from_secs(10))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("another client's waiter starved behind the hand-offs");
+        guard.release().await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}

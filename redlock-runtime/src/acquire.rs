@@ -116,6 +116,8 @@ impl LockRequest {
             .await
             .ok_or_else(timeout)?;
         let masters = &client.inner.masters;
+        // A holder of this client that released into our hands (see `queue`).
+        let mut baton = turn.take_baton();
         let mut listeners: Vec<Listener> = Vec::new();
         let mut backoff = RETRY_BACKOFF.0;
         loop {
@@ -123,9 +125,24 @@ impl LockRequest {
             // whose reply was lost must not be able to delete a later attempt's lock.
             let owner = uuid::Uuid::new_v4().simple().to_string();
             let sent_at = Instant::now();
-            let outcome = masters.acquire(&key, &owner, lease, lease_ms).await;
+            let previous_owner = baton.as_ref().map(|baton| baton.owner.as_str());
+            let outcome = masters
+                .acquire(&key, &owner, lease, lease_ms, previous_owner)
+                .await;
+            if let Some(baton) = baton.take() {
+                // Unknown after an error: the releaser then releases in Redis itself.
+                if let Ok(outcome) = &outcome {
+                    baton.finish(matches!(
+                        outcome,
+                        Outcome::Acquired {
+                            released_previous: true,
+                            ..
+                        }
+                    ));
+                }
+            }
             let retry_error = match outcome {
-                Ok(Outcome::Acquired { fencing_token }) => {
+                Ok(Outcome::Acquired { fencing_token, .. }) => {
                     return Ok(LockGuard::new(Acquired {
                         client: client.clone(),
                         key,

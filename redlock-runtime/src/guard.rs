@@ -61,8 +61,11 @@ impl LockState {
     }
 
     fn hand_on_turn(&self) {
-        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner()).take();
-        drop(turn);
+        drop(self.take_turn());
+    }
+
+    fn take_turn(&self) -> Option<LocalTurn> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     pub(crate) async fn lost(&self) {
@@ -234,8 +237,23 @@ impl Held {
             .map(|rest| rest.as_millis().max(1) as u64)
             .unwrap_or(0);
         let masters = &client.inner.masters;
-        let outcome = masters.release(key, &owner, keep).await;
+        // With a waiter of this client in line, pass the lock on in its acquire script
+        // (see `queue`); otherwise, or if it does not pick it up, release in Redis.
+        let mut turn = None;
+        let mut handed_on = None;
+        if keep == 0 && masters.can_hand_off() {
+            match state.take_turn().map(|turn| turn.hand_off(&owner)) {
+                Some(Ok(hand_off)) => handed_on = hand_off.outcome().await,
+                Some(Err(kept)) => turn = Some(kept),
+                None => {}
+            }
+        }
+        let outcome = match handed_on {
+            Some(released) => Ok(released),
+            None => masters.release(key, &owner, keep).await,
+        };
         // Only now may this client's next waiter try: Redis has processed the release.
+        drop(turn);
         state.mark_lost();
         match outcome {
             Ok(true) => {

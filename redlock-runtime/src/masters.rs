@@ -34,6 +34,8 @@ use crate::node::{Attempt, Node};
 pub(crate) enum Outcome {
     Acquired {
         fencing_token: u64,
+        /// The hand-off's previous owner still held the lock, and it was deleted.
+        released_previous: bool,
     },
     /// Acquired, but fewer replicas than required confirmed it; undone.
     NotReplicated {
@@ -79,6 +81,13 @@ impl Masters {
         self.nodes.len() == 1
     }
 
+    /// Whether a release may pass the lock to a waiter of the same client inside its
+    /// acquire script: on one server (or cluster, or Sentinel primary) without replica
+    /// confirmation, where that script is the whole acquisition.
+    pub(crate) fn can_hand_off(&self) -> bool {
+        self.is_single() && self.confirm_replicas.is_none()
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
@@ -105,37 +114,47 @@ impl Masters {
         owner: &str,
         lease: Duration,
         lease_ms: u64,
+        previous_owner: Option<&str>,
     ) -> redis::RedisResult<Outcome> {
         if let [node] = self.nodes.as_slice() {
-            return Ok(match node.acquire(key, owner, lease_ms).await? {
-                Attempt::Acquired(fencing_token) => match self.confirm_replicas {
-                    None => Outcome::Acquired { fencing_token },
-                    Some((needed, timeout)) => {
-                        let confirmed = node.confirm_replicas(needed, timeout).await;
-                        match confirmed {
-                            Ok(confirmed) if confirmed >= needed => {
-                                Outcome::Acquired { fencing_token }
-                            }
-                            other => {
-                                node.release(key, owner, 0).await.ok();
-                                Outcome::NotReplicated {
-                                    confirmed: other?,
-                                    needed,
+            return Ok(
+                match node.acquire(key, owner, lease_ms, previous_owner).await? {
+                    Attempt::Acquired {
+                        token: fencing_token,
+                        released_previous,
+                    } => match self.confirm_replicas {
+                        None => Outcome::Acquired {
+                            fencing_token,
+                            released_previous,
+                        },
+                        Some((needed, timeout)) => {
+                            let confirmed = node.confirm_replicas(needed, timeout).await;
+                            match confirmed {
+                                Ok(confirmed) if confirmed >= needed => Outcome::Acquired {
+                                    fencing_token,
+                                    released_previous,
+                                },
+                                other => {
+                                    node.release(key, owner, 0).await.ok();
+                                    Outcome::NotReplicated {
+                                        confirmed: other?,
+                                        needed,
+                                    }
                                 }
                             }
                         }
-                    }
+                    },
+                    Attempt::Held { ttl } => Outcome::Held { ttl, split: false },
+                    Attempt::NotALock { found } => Outcome::NotALock { found },
                 },
-                Attempt::Held { ttl } => Outcome::Held { ttl, split: false },
-                Attempt::NotALock { found } => Outcome::NotALock { found },
-            });
+            );
         }
         let sent_at = Instant::now();
         let limit = self.node_timeout(lease);
         let replies = join_all(
             self.nodes
                 .iter()
-                .map(|node| tokio::time::timeout(limit, node.acquire(key, owner, lease_ms))),
+                .map(|node| tokio::time::timeout(limit, node.acquire(key, owner, lease_ms, None))),
         )
         .await;
         let mut granted = Vec::new();
@@ -144,7 +163,7 @@ impl Masters {
         let mut answered = 0;
         for (index, reply) in replies.into_iter().enumerate() {
             match reply {
-                Ok(Ok(Attempt::Acquired(token))) => {
+                Ok(Ok(Attempt::Acquired { token, .. })) => {
                     answered += 1;
                     granted.push((index, token));
                 }
@@ -174,7 +193,10 @@ impl Masters {
             .filter(|raised| matches!(raised, Ok(Ok(()))))
             .count();
             if raised >= self.quorum() && sent_at.elapsed() < self.validity(lease) {
-                return Ok(Outcome::Acquired { fencing_token });
+                return Ok(Outcome::Acquired {
+                    fencing_token,
+                    released_previous: false,
+                });
             }
         }
         // No valid majority: undo on every master, including those that did not answer.

@@ -16,9 +16,17 @@ use crate::sentinel::SentinelConnection;
 
 /// What one acquire script run found.
 pub(crate) enum Attempt {
-    Acquired(u64),
-    Held { ttl: Duration },
-    NotALock { found: String },
+    /// `released_previous`: the hand-off's previous owner still held it, and was deleted.
+    Acquired {
+        token: u64,
+        released_previous: bool,
+    },
+    Held {
+        ttl: Duration,
+    },
+    NotALock {
+        found: String,
+    },
 }
 
 /// A connection to one Redis server, shared by every lock of a client.
@@ -177,6 +185,7 @@ impl Node {
         key: &str,
         owner: &str,
         lease_ms: u64,
+        previous_owner: Option<&str>,
     ) -> RedisResult<Attempt> {
         let mut in_flight = InFlight {
             connection: &self.connection,
@@ -187,15 +196,16 @@ impl Node {
         let mut connection = self.connection.clone();
         // On an error the script may still have run before the reply was lost: the
         // armed `in_flight` then releases whatever it took.
-        let (status, value): (i64, Value) = scripts::ACQUIRE
+        let reply: Vec<Value> = scripts::ACQUIRE
             .key(key)
             .key(self.connection.fence_key(key).as_ref())
             .arg(owner)
             .arg(lease_ms)
+            .arg(previous_owner.unwrap_or(""))
             .invoke_async(&mut connection)
             .await?;
         in_flight.armed = false;
-        parse_attempt(status, value)
+        parse_attempt(reply)
     }
 
     /// Compare-and-delete (or keep for `keep_ms`): 1 deleted, 2 kept, 0 not ours.
@@ -325,34 +335,43 @@ async fn release_on(
         .await
 }
 
-fn parse_attempt(status: i64, value: Value) -> RedisResult<Attempt> {
+fn parse_attempt(reply: Vec<Value>) -> RedisResult<Attempt> {
     let text = |value: &Value| match value {
         Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         Value::SimpleString(text) => text.clone(),
         Value::Int(number) => number.to_string(),
         other => format!("{other:?}"),
     };
-    let number = |value: &Value| match value {
-        Value::Int(number) => u64::try_from(*number).ok(),
-        other => text(other).parse().ok(),
+    let number = |value: Option<&Value>| match value {
+        Some(Value::Int(number)) => u64::try_from(*number).ok(),
+        Some(other) => text(other).parse().ok(),
+        None => None,
     };
     let bad_reply = || {
         redis::RedisError::from((
             redis::ErrorKind::Parse,
             "unexpected reply from the acquire script",
-            format!("{status} {value:?}"),
+            format!("{reply:?}"),
         ))
     };
-    match status {
-        1 => number(&value).map(Attempt::Acquired).ok_or_else(bad_reply),
-        0 => number(&value)
+    let value = reply.get(1);
+    match reply.first() {
+        Some(Value::Int(1)) => {
+            let token = number(value).ok_or_else(bad_reply)?;
+            Ok(Attempt::Acquired {
+                token,
+                released_previous: number(reply.get(2)) == Some(1),
+            })
+        }
+        Some(Value::Int(0)) => number(value)
             .map(|ttl| Attempt::Held {
                 ttl: Duration::from_millis(ttl),
             })
             .ok_or_else(bad_reply),
-        _ => Ok(Attempt::NotALock {
-            found: text(&value),
+        Some(Value::Int(_)) => Ok(Attempt::NotALock {
+            found: value.map(text).unwrap_or_default(),
         }),
+        _ => Err(bad_reply()),
     }
 }
 

@@ -9,12 +9,25 @@
 //! the lock is known to be lost or its lease has run out, even if its guard lives on
 //! (a holder stuck past its lease must not block this client's waiters for longer
 //! than it blocks other clients').
+//!
+//! ## Hand-off
+//! When a holder releases while a waiter of the same client is in line (one Redis
+//! server or Cluster, no `hold_at_least` left), it does not release in Redis and then
+//! let the waiter acquire: two round trips in a row. It passes its owner token with the
+//! turn (a [`Baton`]); the waiter's acquire script deletes the key if that token still
+//! holds it and takes the lock at once: one round trip from release to next holder.
+//! No release is published meanwhile, so other clients' waiters keep waiting; to bound
+//! that, after [`MAX_HANDOFFS_IN_A_ROW`] hand-offs a release goes through Redis as
+//! usual and every waiter, in any client, gets its chance.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::OwnedMutexGuard;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::time::Duration;
+
+use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 
 use crate::guard::LockState;
@@ -29,6 +42,66 @@ struct Entry {
     /// then wakes one watcher, not every waiter.
     watched: AtomicBool,
     watcher_left: tokio::sync::Notify,
+    /// Tasks waiting for the turn (a hand-off needs one).
+    waiting: AtomicUsize,
+    /// The releasing holder's lock, for the next in line to release and retake.
+    baton: Mutex<Option<Baton>>,
+    handoffs_in_a_row: AtomicU32,
+}
+
+/// How many times in a row a lock may go from task to task of one client without a
+/// release in Redis, which would let other clients' waiters compete.
+pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 8;
+
+/// How long a releasing holder waits for the next in line to pick its baton up
+/// before it releases in Redis itself.
+const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
+
+/// The owner token a releasing holder passes to the next in line, with the way back
+/// for the outcome: did the next one's script find and delete this owner's lock?
+pub(crate) struct Baton {
+    pub(crate) owner: String,
+    picked_up: Option<oneshot::Sender<()>>,
+    outcome: Option<oneshot::Sender<bool>>,
+}
+
+impl Baton {
+    /// Reports whether the lock was still this owner's when it was handed on.
+    pub(crate) fn finish(mut self, released: bool) {
+        if let Some(outcome) = self.outcome.take() {
+            let _ = outcome.send(released);
+        }
+    }
+}
+
+/// The releasing side of a hand-off.
+pub(crate) struct HandOff {
+    entry: Turnstile,
+    picked_up: oneshot::Receiver<()>,
+    outcome: oneshot::Receiver<bool>,
+}
+
+impl HandOff {
+    /// `Some(released)` once the next in line ran its script; `None` when nobody took
+    /// the baton in time (or the taker stopped before knowing): release in Redis then.
+    pub(crate) async fn outcome(self) -> Option<bool> {
+        let HandOff {
+            entry,
+            picked_up,
+            outcome,
+        } = self;
+        if !matches!(
+            tokio::time::timeout(PICK_UP_LIMIT, picked_up).await,
+            Ok(Ok(()))
+        ) {
+            // Take it back, unless it was picked up at the last moment.
+            let reclaimed = entry.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if reclaimed.is_some() {
+                return None;
+            }
+        }
+        outcome.await.ok()
+    }
 }
 
 type Turnstile = Arc<Entry>;
@@ -73,6 +146,7 @@ impl LocalQueues {
         let guard = if Instant::now() >= deadline {
             turnstile.turn.clone().try_lock_owned().ok()
         } else {
+            let _waiting = Waiting::count(&turnstile);
             tokio::time::timeout_at(deadline, wait_for_turn(&turnstile))
                 .await
                 .ok()
@@ -134,6 +208,22 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     }
 }
 
+/// Counts a task among the waiters of a key for as long as it waits.
+struct Waiting<'a>(&'a Entry);
+
+impl<'a> Waiting<'a> {
+    fn count(entry: &'a Entry) -> Self {
+        entry.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(entry)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The watching waiter's duty; leaving it (turn taken, or the wait dropped) passes it on.
 struct WatchDuty<'a>(&'a Entry);
 
@@ -153,6 +243,50 @@ pub(crate) struct LocalTurn {
 }
 
 impl LocalTurn {
+    /// The baton a releasing holder left with this turn, if any.
+    pub(crate) fn take_baton(&self) -> Option<Baton> {
+        let entry = self.entry.as_ref()?;
+        let mut baton = entry
+            .baton
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        if let Some(picked_up) = baton.picked_up.take() {
+            let _ = picked_up.send(());
+        }
+        Some(baton)
+    }
+
+    /// Passes the turn, with `owner`'s lock, to the next in line; gives the turn back
+    /// when there is nobody, or when the lock went from task to task too often in a row
+    /// (then it must be released in Redis, for other clients' sake).
+    pub(crate) fn hand_off(self, owner: &str) -> Result<HandOff, LocalTurn> {
+        let Some(entry) = self.entry.clone() else {
+            return Err(self);
+        };
+        if entry.waiting.load(Ordering::Acquire) == 0 {
+            entry.handoffs_in_a_row.store(0, Ordering::Release);
+            return Err(self);
+        }
+        if entry.handoffs_in_a_row.fetch_add(1, Ordering::AcqRel) >= MAX_HANDOFFS_IN_A_ROW {
+            entry.handoffs_in_a_row.store(0, Ordering::Release);
+            return Err(self);
+        }
+        let (picked_up, picked_up_rx) = oneshot::channel();
+        let (outcome, outcome_rx) = oneshot::channel();
+        *entry.baton.lock().unwrap_or_else(|e| e.into_inner()) = Some(Baton {
+            owner: owner.to_owned(),
+            picked_up: Some(picked_up),
+            outcome: Some(outcome),
+        });
+        drop(self);
+        Ok(HandOff {
+            entry,
+            picked_up: picked_up_rx,
+            outcome: outcome_rx,
+        })
+    }
+
     /// Records the lock this turn's holder took, for the waiters to watch.
     pub(crate) fn set_holder(&self, state: Weak<LockState>) {
         if let Some(entry) = &self.entry {

@@ -26,12 +26,20 @@ pub(crate) const FENCE_KEY: &str = "redlock:fence";
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
-/// KEYS: lock, fence counter. ARGV: owner token, lease in ms.
-/// Returns `{1, token}` when acquired, `{0, pttl}` when held by another owner,
-/// `{-1, type}` when the key holds something redlock did not write.
+/// KEYS: lock, fence counter. ARGV: owner token, lease in ms, and the owner token of
+/// the holder handing the lock on (empty if none): its lock, if still there, is
+/// deleted first (see `queue`'s hand-off).
+/// Returns `{1, token, handed}` when acquired (`handed` = 1 if the previous owner's
+/// lock was found and deleted), `{0, pttl}` when held by another owner, `{-1, type}`
+/// when the key holds something redlock did not write.
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
+local handed = 0
+if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
+  redis.call('DEL', KEYS[1])
+  handed = 1
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.call('INCR', KEYS[2])
   if token == 1 then
@@ -39,7 +47,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     token = tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('SET', KEYS[2], string.format('%.0f', token))
   end
-  return {1, token}
+  return {1, token, handed}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 local kind = redis.call('TYPE', KEYS[1])['ok']

@@ -533,3 +533,60 @@ async fn hand_offs_inside_a_client_do_not_starve_other_clients() {
         task.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_offs_survive_waiters_that_give_up_mid_way() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let in_section = Arc::new(AtomicUsize::new(0));
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..12u64)
+        .map(|task| {
+            let client = client.clone();
+            let in_section = in_section.clone();
+            let acquired = acquired.clone();
+            tokio::spawn(async move {
+                for round in 0..30u64 {
+                    // Some waiters give up at odd moments: while queued, while holding the
+                    // baton, or with their acquire script in flight.
+                    let patience = Duration::from_micros(50 + (task * 131 + round * 977) % 3000);
+                    let attempt = client
+                        .lock("fickle")
+                        .wait(Duration::from_secs(10))
+                        .lease(Duration::from_secs(5))
+                        .acquire();
+                    let Ok(Ok(guard)) = tokio::time::timeout(patience, attempt).await else {
+                        continue;
+                    };
+                    assert_eq!(
+                        in_section.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
+                    acquired.fetch_add(1, Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    in_section.fetch_sub(1, Ordering::SeqCst);
+                    if round % 3 == 0 {
+                        drop(guard); // released in the background
+                    } else {
+                        guard.release().await.unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(acquired.load(Ordering::SeqCst) > 0);
+    // Whatever was abandoned where, the key is free again promptly (not after 5 s).
+    let guard = client
+        .lock("fickle")
+        .wait(Duration::from_secs(2))
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("an abandoned hand-off left the lock behind");
+    guard.release().await.unwrap();
+    assert_eq!(client.active_keys(), 0, "the client still tracks the key");
+}

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::error::LockError;
-use crate::queue::LocalTurn;
+use crate::queue::{HandOffOutcome, LocalTurn};
 
 /// What the guard, the watchdog and `lost()` futures share about one held lock.
 pub(crate) struct LockState {
@@ -239,18 +239,23 @@ impl Held {
         let masters = &client.inner.masters;
         // With a waiter of this client in line, pass the lock on in its acquire script
         // (see `queue`); otherwise, or if it does not pick it up, release in Redis.
+        // A lock whose lease may have run out is released in Redis, whose answer then
+        // says truthfully whether it was still ours.
         let mut turn = None;
         let mut handed_on = None;
-        if keep == 0 && masters.can_hand_off() {
+        if keep == 0 && masters.can_hand_off() && !state.is_lost() {
             match state.take_turn().map(|turn| turn.hand_off(&owner)) {
-                Some(Ok(hand_off)) => handed_on = hand_off.outcome().await,
+                Some(Ok(hand_off)) => handed_on = Some(hand_off.outcome().await),
                 Some(Err(kept)) => turn = Some(kept),
                 None => {}
             }
         }
         let outcome = match handed_on {
-            Some(released) => Ok(released),
-            None => masters.release(key, &owner, keep).await,
+            Some(HandOffOutcome::Done { released }) => Ok(released),
+            Some(HandOffOutcome::Vanished) => {
+                masters.release(key, &owner, keep).await.map(|_| true)
+            }
+            Some(HandOffOutcome::NotTaken) | None => masters.release(key, &owner, keep).await,
         };
         // Only now may this client's next waiter try: Redis has processed the release.
         drop(turn);

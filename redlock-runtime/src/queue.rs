@@ -81,10 +81,20 @@ pub(crate) struct HandOff {
     outcome: oneshot::Receiver<bool>,
 }
 
+/// How a hand-off ended, for the releasing holder.
+pub(crate) enum HandOffOutcome {
+    /// The next in line ran its script: was the lock still ours when it took it?
+    Done { released: bool },
+    /// Nobody took the baton in time: release in Redis as usual.
+    NotTaken,
+    /// The taker stopped (its acquire was cancelled) before telling whether its script
+    /// ran. A release in Redis will clean up; if it finds the key gone, the taker's
+    /// script most likely deleted it (the lease had not run out when it was handed on).
+    Vanished,
+}
+
 impl HandOff {
-    /// `Some(released)` once the next in line ran its script; `None` when nobody took
-    /// the baton in time (or the taker stopped before knowing): release in Redis then.
-    pub(crate) async fn outcome(self) -> Option<bool> {
+    pub(crate) async fn outcome(self) -> HandOffOutcome {
         let HandOff {
             entry,
             picked_up,
@@ -97,10 +107,13 @@ impl HandOff {
             // Take it back, unless it was picked up at the last moment.
             let reclaimed = entry.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
             if reclaimed.is_some() {
-                return None;
+                return HandOffOutcome::NotTaken;
             }
         }
-        outcome.await.ok()
+        match outcome.await {
+            Ok(released) => HandOffOutcome::Done { released },
+            Err(_) => HandOffOutcome::Vanished,
+        }
     }
 }
 

@@ -179,3 +179,51 @@ async fn the_watchdog_renews_locks_on_every_shard() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locking_goes_on_after_a_shard_fails_over() {
+    let mut cluster = RedisCluster::start_with_replicas(3, 1);
+    let client = cluster_client(&cluster).await;
+    let key = "invoice:{42}";
+    let guard = client
+        .lock(key)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let first_token = guard.fencing_token();
+    guard.release().await.unwrap();
+
+    // Kill the master that serves the key; its replica takes over the slot.
+    let master = cluster.master_of(key).expect("a master serves the key");
+    cluster.nodes[master].kill();
+    cluster.wait_until_failed_over(master, Duration::from_secs(30));
+
+    // The same client follows the new master (after MOVED / a slot refresh).
+    let mut acquired = None;
+    for _ in 0..80 {
+        match client
+            .lock(key)
+            .wait(Duration::from_secs(2))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Ok(guard) => {
+                acquired = Some(guard);
+                break;
+            }
+            Err(error) => {
+                eprintln!("while the cluster fails over: {error}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let guard = acquired.expect("the client never locked on the new master");
+    // The replica had the fencing counter replicated, or was seeded from the clock.
+    assert!(
+        guard.fencing_token() > first_token,
+        "fencing went backwards across the failover"
+    );
+    guard.release().await.unwrap();
+}

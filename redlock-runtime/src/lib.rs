@@ -28,15 +28,29 @@
 //!   retries when a release is published or the holder's lease runs out, whichever
 //!   comes first. Across clients (processes) fairness is best effort: whichever
 //!   client's head waiter reaches Redis first after a release wins.
-//! - **Release** is compare-and-delete plus publish, in one script.
+//! - **Release** is compare-and-delete plus publish, in one script. When a task of the
+//!   same client waits in line, the lock is handed to it instead, inside its acquire
+//!   script (one round trip from release to next holder; at most 8 times in a row, then
+//!   a release through Redis so that other clients' waiters get their chance).
 //! - **Watchdog**: without a `lease`, the lock is held with the client's watchdog lease
 //!   (30 s) and renewed every 10 s for as long as the guard lives; all locks of a
 //!   client are renewed in one pipelined round trip per tick.
-//! - **Fencing tokens**: see the scheme in the `scripts` module docs: one shared counter
-//!   key per Redis server, floored by the server clock in microseconds, so tokens keep
-//!   increasing even after Redis restarts empty.
+//! - **Fencing tokens**: one counter key per Redis server (per slot on a cluster),
+//!   incremented per acquisition and seeded from the server clock in microseconds when
+//!   missing, so tokens keep increasing even after Redis restarts empty.
 //! - **Keys**: the lock is stored under the key itself; `redlock:fence` holds the
 //!   counter; releases are published on `redlock:released:<key>`.
+//!
+//! # Modes
+//! One server ([`LockClient::connect`]), RedLock over independent masters
+//! ([`LockClient::redlock`]: majority, validity with clock drift, fencing written back to
+//! the majority), Redis Cluster ([`LockClient::cluster`]: sharded pub/sub, per-slot
+//! fencing) and a Sentinel-watched primary ([`LockClient::sentinel`], optionally
+//! [`LockClientBuilder::confirm_replicas`]). [`LockClient::from_env`] picks one from
+//! `REDLOCK_URL`. The attribute works the same on each.
+//!
+//! # Runtime
+//! A client's connections and its watchdog live in the tokio runtime that created it.
 
 mod acquire;
 mod client;

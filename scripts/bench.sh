@@ -11,19 +11,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
-# redis-benchmark comes in redis-tools, which redis-server depends on; check anyway.
-if ! command -v redis-benchmark >/dev/null 2>&1; then
-    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-        echo "redis-benchmark is missing: installing redis-tools with apt-get" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq redis-tools >/dev/null || {
-            echo "apt-get could not install redis-tools" >&2
-            exit 1
-        }
-    else
-        echo "redis-benchmark is missing. Install it with:" >&2
-        echo "    sudo apt-get install -y redis-tools" >&2
-        exit 1
-    fi
-fi
 exec cargo bench --locked --bench locks -- "$@"

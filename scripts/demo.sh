@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
-cargo run --quiet --release --locked --example lottery -- "$@"
+cargo run --quiet --locked --example lottery -- "$@"

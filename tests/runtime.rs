@@ -590,3 +590,99 @@ async fn hand_offs_survive_waiters_that_give_up_mid_way() {
     guard.release().await.unwrap();
     assert_eq!(client.active_keys(), 0, "the client still tracks the key");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_clients_queue_in_redis_and_a_release_wakes_only_the_first() {
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(client(&server).await);
+    }
+    let in_section = Arc::new(AtomicUsize::new(0));
+    let before = evalsha_calls(&server);
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let in_section = in_section.clone();
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = client
+                        .lock("shared-by-processes")
+                        .wait(Duration::from_secs(30))
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        in_section.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    in_section.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let calls = evalsha_calls(&server) - before;
+    // 80 acquisitions by 8 clients. Waking every client on each release would cost
+    // about 8 attempts per acquisition; the queue names one.
+    assert!(
+        calls < 80 * 4,
+        "{calls} scripts for 80 acquisitions by 8 clients"
+    );
+    let left = server.cli(&["KEYS", "redlock:queue*"]);
+    assert!(left.is_empty(), "the queue outlived its waiters: {left}");
+}
+
+#[tokio::test]
+async fn a_waiter_that_died_first_in_line_costs_the_others_only_the_grace() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = LockClient::builder(&server.url())
+        .reservation_grace(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let guard = holder
+        .lock("job")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    // A waiter of a process that died, first in line, its registration still valid.
+    server.cli(&["ZADD", "redlock:queue:job", "1", "ghost"]);
+    server.cli(&[
+        "ZADD",
+        "redlock:queue-expiry:job",
+        "99999999999999",
+        "ghost",
+    ]);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("job")
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let acquired_at = waiting.await.unwrap();
+    // The release reserved the key for the ghost; the live waiter took it when the
+    // 100 ms reservation ran out, not at the 20 s lease's end.
+    let delay = acquired_at.duration_since(released_at);
+    assert!(
+        delay < Duration::from_secs(2),
+        "the live waiter waited {delay:?}"
+    );
+}

@@ -11,7 +11,8 @@ use crate::client::{LockClient, MAX_KEY_LEN};
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
 use crate::masters::Outcome;
-use crate::notify::Listener;
+use crate::node::Waiter;
+use crate::notify::{Listener, Release};
 
 /// Longest lease or wait accepted: Redis keeps expiries in milliseconds as a signed
 /// 64-bit count from the epoch, and an instant that far ahead overflows the clock.
@@ -119,6 +120,8 @@ impl LockRequest {
         // A holder of this client that released into our hands (see `queue`).
         let mut baton = turn.take_baton();
         let mut listeners: Vec<Listener> = Vec::new();
+        // This acquisition's place in the key's queue of waiting clients, once it waits.
+        let mut place: Option<QueuePlace> = None;
         let mut backoff = RETRY_BACKOFF.0;
         loop {
             // A fresh owner token per attempt: the background clean-up of an attempt
@@ -126,9 +129,18 @@ impl LockRequest {
             let owner = uuid::Uuid::new_v4().simple().to_string();
             let sent_at = Instant::now();
             let previous_owner = baton.as_ref().map(|baton| baton.owner.as_str());
+            let waiter = place.as_ref().map(QueuePlace::waiter);
             let outcome = masters
-                .acquire(&key, &owner, lease, lease_ms, previous_owner)
+                .acquire(&key, &owner, lease, lease_ms, previous_owner, waiter)
                 .await;
+            if let (Some(place), Ok(outcome)) = (place.as_mut(), &outcome) {
+                // A failed attempt registers (or refreshes) the place; a success frees it.
+                match outcome {
+                    Outcome::Held { .. } => place.registered = true,
+                    Outcome::Acquired { .. } => place.left = true,
+                    _ => {}
+                }
+            }
             if let Some(baton) = baton.take() {
                 // Unknown after an error: the releaser then releases in Redis itself.
                 if let Ok(outcome) = &outcome {
@@ -166,19 +178,40 @@ impl LockRequest {
                     if listeners.is_empty() {
                         // Listen, then try again at once: a release published between the
                         // failed attempt and the subscription would otherwise be missed.
-                        listeners = listen_everywhere(&client, &key, deadline).await;
+                        // That attempt also takes a place in the key's queue.
+                        if masters.queues_waiters() {
+                            place = Some(QueuePlace::new(&client, &key));
+                        }
+                        let id = place.as_ref().map(|place| place.id.clone());
+                        listeners = listen_everywhere(&client, &key, id, deadline).await;
                         continue;
                     }
-                    // Retry at a release notification, or when the holder's lease runs out.
+                    // Retry at a release message that lets us, or when the holder's lease
+                    // (or a reservation for another client) runs out.
                     let lease_end = Instant::now() + ttl + Duration::from_millis(1);
-                    let released = futures_util::future::select_all(
-                        listeners
-                            .iter()
-                            .map(|listener| Box::pin(listener.released())),
-                    );
-                    tokio::select! {
-                        _ = released => {}
-                        _ = tokio::time::sleep_until(lease_end.min(deadline)) => {}
+                    let mut fallback: Option<Instant> = None;
+                    loop {
+                        let wake_at = fallback
+                            .map_or(lease_end, |at| at.min(lease_end))
+                            .min(deadline);
+                        let released = futures_util::future::select_all(
+                            listeners
+                                .iter()
+                                .map(|listener| Box::pin(listener.released())),
+                        );
+                        tokio::select! {
+                            (news, _, _) = released => match news {
+                                Release::Free | Release::ForUs => break,
+                                // Reserved for the client that waited longest: wait, but
+                                // not past the reservation, in case that client died.
+                                Release::ForAnother => {
+                                    let grace = client.inner.config.reservation_grace;
+                                    fallback = Some(Instant::now() + grace + Duration::from_millis(5));
+                                }
+                                Release::Taken => fallback = None,
+                            },
+                            _ = tokio::time::sleep_until(wake_at) => break,
+                        }
                     }
                     if split {
                         // Two clients split the masters between them: retry after a random
@@ -217,13 +250,18 @@ impl LockRequest {
 
 /// Listens to `key`'s releases on every master; waits (until `deadline`) for the
 /// subscriptions to be confirmed. A failed subscription leaves the lease timer.
-async fn listen_everywhere(client: &LockClient, key: &str, deadline: Instant) -> Vec<Listener> {
+async fn listen_everywhere(
+    client: &LockClient,
+    key: &str,
+    waiter_id: Option<String>,
+    deadline: Instant,
+) -> Vec<Listener> {
     let (listeners, confirmations): (Vec<_>, Vec<_>) = client
         .inner
         .masters
         .nodes()
         .iter()
-        .map(|node| node.listen(key))
+        .map(|node| node.listen(key, waiter_id.clone()))
         .unzip();
     if let Ok(results) =
         tokio::time::timeout_at(deadline, futures_util::future::join_all(confirmations)).await
@@ -233,6 +271,51 @@ async fn listen_everywhere(client: &LockClient, key: &str, deadline: Instant) ->
         }
     }
     listeners
+}
+
+/// A waiting acquisition's place in its key's queue of waiting clients. Leaving
+/// without the lock (timeout, error, the future dropped) gives the place up in the
+/// background, so that no release names a waiter that is gone.
+struct QueuePlace {
+    client: LockClient,
+    key: String,
+    id: String,
+    registered: bool,
+    left: bool,
+}
+
+impl QueuePlace {
+    fn new(client: &LockClient, key: &str) -> Self {
+        QueuePlace {
+            client: client.clone(),
+            key: key.to_owned(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            registered: false,
+            left: false,
+        }
+    }
+
+    fn waiter(&self) -> Waiter<'_> {
+        Waiter {
+            id: &self.id,
+            registered: self.registered,
+        }
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if !self.registered || self.left {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        let key = std::mem::take(&mut self.key);
+        let id = std::mem::take(&mut self.id);
+        runtime.spawn(async move { client.inner.masters.leave_queue(&key, &id).await });
+    }
 }
 
 impl IntoFuture for LockRequest {

@@ -31,6 +31,7 @@ pub(crate) struct ClientConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) confirm_replicas: Option<(usize, Duration)>,
+    pub(crate) reservation_grace: Duration,
 }
 
 impl Default for ClientConfig {
@@ -42,6 +43,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(3),
             node_timeout: None,
             confirm_replicas: None,
+            reservation_grace: Duration::from_millis(100),
         }
     }
 }
@@ -270,6 +272,14 @@ impl LockClientBuilder {
     /// Sentinel only.
     pub fn confirm_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.config.confirm_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// How long a release keeps the key for the client that has waited longest (named in
+    /// the release's message) before any waiter may take it (default 100 ms). Bounds
+    /// what a waiter that died while first in line costs the others.
+    pub fn reservation_grace(mut self, grace: Duration) -> Self {
+        self.config.reservation_grace = grace;
         self
     }
 

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::client::ClientConfig;
 use crate::error::LockError;
-use crate::node::{Attempt, Node};
+use crate::node::{Attempt, Node, Waiter};
 
 /// The outcome of one acquisition attempt over every master.
 pub(crate) enum Outcome {
@@ -88,6 +88,21 @@ impl Masters {
         self.is_single() && self.confirm_replicas.is_none()
     }
 
+    /// Whether waiting clients queue in Redis (one server, cluster or Sentinel; with
+    /// RedLock each master would keep its own order, so they do not).
+    pub(crate) fn queues_waiters(&self) -> bool {
+        self.is_single()
+    }
+
+    /// Takes a waiter that gave up out of `key`'s queue.
+    pub(crate) async fn leave_queue(&self, key: &str, waiter_id: &str) {
+        if let [node] = self.nodes.as_slice()
+            && let Err(error) = node.leave_queue(key, waiter_id).await
+        {
+            tracing::debug!(%error, key, "redlock: could not leave the queue; the registration will expire");
+        }
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
     }
@@ -115,10 +130,14 @@ impl Masters {
         lease: Duration,
         lease_ms: u64,
         previous_owner: Option<&str>,
+        waiter: Option<Waiter<'_>>,
     ) -> redis::RedisResult<Outcome> {
         if let [node] = self.nodes.as_slice() {
             return Ok(
-                match node.acquire(key, owner, lease_ms, previous_owner).await? {
+                match node
+                    .acquire(key, owner, lease_ms, previous_owner, waiter)
+                    .await?
+                {
                     Attempt::Acquired {
                         token: fencing_token,
                         released_previous,
@@ -151,11 +170,9 @@ impl Masters {
         }
         let sent_at = Instant::now();
         let limit = self.node_timeout(lease);
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| tokio::time::timeout(limit, node.acquire(key, owner, lease_ms, None))),
-        )
+        let replies = join_all(self.nodes.iter().map(|node| {
+            tokio::time::timeout(limit, node.acquire(key, owner, lease_ms, None, None))
+        }))
         .await;
         let mut granted = Vec::new();
         let mut ttl: Option<Duration> = None;

@@ -34,6 +34,33 @@ pub(crate) struct Node {
     pub(crate) url: String,
     connection: Connection,
     notifications: Arc<ReleaseNotifications>,
+    queueing: Queueing,
+}
+
+/// Timings of the queue of waiting clients (see `scripts::ACQUIRE`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queueing {
+    /// How long a release reserves the key for the named waiter.
+    pub(crate) reservation_ms: u64,
+    /// How long a registration outlives the holder's lease; a waiter refreshes it by
+    /// retrying when that lease ends at the latest.
+    pub(crate) registration_slack_ms: u64,
+}
+
+impl Queueing {
+    fn from_config(config: &ClientConfig) -> Self {
+        Queueing {
+            reservation_ms: config.reservation_grace.as_millis().max(1) as u64,
+            registration_slack_ms: 2_000,
+        }
+    }
+}
+
+/// A waiting client's place in a key's queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waiter<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) registered: bool,
 }
 
 impl Node {
@@ -75,6 +102,7 @@ impl Node {
             url,
             connection,
             notifications,
+            queueing: Queueing::from_config(config),
         })
     }
 
@@ -112,6 +140,7 @@ impl Node {
             url,
             connection,
             notifications,
+            queueing: Queueing::from_config(config),
         })
     }
 
@@ -151,6 +180,7 @@ impl Node {
             url,
             connection,
             notifications,
+            queueing: Queueing::from_config(config),
         })
     }
 
@@ -173,9 +203,10 @@ impl Node {
     pub(crate) fn listen(
         &self,
         key: &str,
+        waiter_id: Option<String>,
     ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
         self.notifications
-            .listen(self.connection.release_channel(key))
+            .listen(self.connection.release_channel(key), waiter_id)
     }
 
     /// One run of the acquire script. If this future is dropped while Redis may have
@@ -186,22 +217,36 @@ impl Node {
         owner: &str,
         lease_ms: u64,
         previous_owner: Option<&str>,
+        waiter: Option<Waiter<'_>>,
     ) -> RedisResult<Attempt> {
         let mut in_flight = InFlight {
             connection: &self.connection,
             key,
             owner,
+            queueing: self.queueing,
             armed: true,
         };
         let mut connection = self.connection.clone();
+        let [queue, expiries] = self.connection.queue_keys(key);
         // On an error the script may still have run before the reply was lost: the
         // armed `in_flight` then releases whatever it took.
         let reply: Vec<Value> = scripts::ACQUIRE
             .key(key)
             .key(self.connection.fence_key(key).as_ref())
+            .key(queue)
+            .key(expiries)
             .arg(owner)
             .arg(lease_ms)
             .arg(previous_owner.unwrap_or(""))
+            .arg(waiter.map_or("", |waiter| waiter.id))
+            .arg(if waiter.is_some_and(|waiter| waiter.registered) {
+                "1"
+            } else {
+                "0"
+            })
+            .arg(self.queueing.registration_slack_ms)
+            .arg(self.connection.release_channel(key))
+            .arg(self.connection.publish_command())
             .invoke_async(&mut connection)
             .await?;
         in_flight.armed = false;
@@ -210,7 +255,20 @@ impl Node {
 
     /// Compare-and-delete (or keep for `keep_ms`): 1 deleted, 2 kept, 0 not ours.
     pub(crate) async fn release(&self, key: &str, owner: &str, keep_ms: u64) -> RedisResult<i64> {
-        release_on(self.connection.clone(), key, owner, keep_ms).await
+        release_on(self.connection.clone(), self.queueing, key, owner, keep_ms).await
+    }
+
+    /// Takes a waiter that gave up out of `key`'s queue.
+    pub(crate) async fn leave_queue(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
+        let mut connection = self.connection.clone();
+        let [queue, expiries] = self.connection.queue_keys(key);
+        scripts::LEAVE_QUEUE
+            .key(queue)
+            .key(expiries)
+            .arg(waiter_id)
+            .invoke_async::<i64>(&mut connection)
+            .await
+            .map(drop)
     }
 
     /// Compare-and-expire: 1 extended, 0 not ours.
@@ -319,18 +377,23 @@ async fn renew_pipeline(
 
 async fn release_on(
     mut connection: Connection,
+    queueing: Queueing,
     key: &str,
     owner: &str,
     keep_ms: u64,
 ) -> RedisResult<i64> {
     let channel = connection.release_channel(key);
     let publish = connection.publish_command();
+    let [queue, expiries] = connection.queue_keys(key);
     scripts::RELEASE
         .key(key)
+        .key(queue)
+        .key(expiries)
         .arg(owner)
         .arg(keep_ms)
         .arg(channel)
         .arg(publish)
+        .arg(queueing.reservation_ms)
         .invoke_async(&mut connection)
         .await
 }
@@ -378,6 +441,7 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<Attempt> {
 /// Armed while an acquire script may have run without its reply having been read.
 struct InFlight<'a> {
     connection: &'a Connection,
+    queueing: Queueing,
     key: &'a str,
     owner: &'a str,
     armed: bool,
@@ -392,11 +456,12 @@ impl Drop for InFlight<'_> {
             return;
         };
         let connection = self.connection.clone();
+        let queueing = self.queueing;
         let key = self.key.to_owned();
         let owner = self.owner.to_owned();
         runtime.spawn(async move {
             // Compare-and-delete: harmless if the attempt took nothing.
-            let outcome = release_on(connection, &key, &owner, 0).await;
+            let outcome = release_on(connection, queueing, &key, &owner, 0).await;
             tracing::debug!(%key, ?outcome, "redlock: cleaned up after an interrupted acquire");
         });
     }

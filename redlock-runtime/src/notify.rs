@@ -29,6 +29,44 @@ enum Request {
 struct Channel {
     wake: Arc<Notify>,
     listeners: usize,
+    /// Queue ids of this client's waiters on the channel.
+    waiter_ids: Vec<String>,
+    /// What the last message said, for the listener the wake-up reaches.
+    news: Arc<Mutex<Option<Release>>>,
+}
+
+/// What a release message says to this client's waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The key is free: try.
+    Free,
+    /// The key is reserved for this client's waiter: take it.
+    ForUs,
+    /// The key is reserved for another client's waiter: wait (a little, in case it died).
+    ForAnother,
+    /// A reserved key was taken: keep waiting.
+    Taken,
+}
+
+impl Release {
+    fn parse(payload: &[u8], ours: &[String]) -> Self {
+        match payload {
+            b"T" => Release::Taken,
+            [b'R', b':', id @ ..] if ours.iter().any(|ours| ours.as_bytes() == id) => {
+                Release::ForUs
+            }
+            [b'R', b':', ..] => Release::ForAnother,
+            _ => Release::Free,
+        }
+    }
+
+    /// A message that asks the waiter to try outlives later ones until it is read.
+    fn merge(earlier: Option<Release>, later: Release) -> Release {
+        match earlier {
+            Some(urgent @ (Release::Free | Release::ForUs)) => urgent,
+            _ => later,
+        }
+    }
 }
 
 /// The channels some waiter of this client listens to.
@@ -60,7 +98,11 @@ pub(crate) fn on_push(handler: &PushHandler, push: PushInfo) {
     match push.kind {
         PushKind::Message | PushKind::SMessage => {
             if let Some(Value::BulkString(channel)) = push.data.first() {
-                notifications.wake_one(channel);
+                let payload = match push.data.get(1) {
+                    Some(Value::BulkString(payload)) => payload.as_slice(),
+                    _ => &[],
+                };
+                notifications.tell(channel, payload);
             }
         }
         PushKind::Disconnection => notifications.wake_every_channel(),
@@ -92,17 +134,23 @@ impl ReleaseNotifications {
     pub(crate) fn listen(
         self: &Arc<Self>,
         channel: String,
+        waiter_id: Option<String>,
     ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
-        let wake = {
+        let (wake, news) = {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             let entry = channels
                 .entry(channel.clone().into_bytes())
                 .or_insert_with(|| Channel {
                     wake: Arc::new(Notify::new()),
                     listeners: 0,
+                    waiter_ids: Vec::new(),
+                    news: Arc::new(Mutex::new(None)),
                 });
             entry.listeners += 1;
-            entry.wake.clone()
+            if let Some(id) = &waiter_id {
+                entry.waiter_ids.push(id.clone());
+            }
+            (entry.wake.clone(), entry.news.clone())
         };
         let (confirm, confirmed) = oneshot::channel();
         let _ = self
@@ -111,7 +159,9 @@ impl ReleaseNotifications {
         let listener = Listener {
             notifications: self.clone(),
             channel,
+            waiter_id,
             wake,
+            news,
         };
         let confirmed = async move {
             confirmed.await.unwrap_or_else(|_| {
@@ -131,17 +181,17 @@ impl ReleaseNotifications {
         self.wake_every_channel();
     }
 
-    fn wake_one(&self, channel: &[u8]) {
+    fn tell(&self, channel: &[u8], payload: &[u8]) {
         let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get(channel) {
-            entry.wake.notify_one();
+            entry.post(Release::parse(payload, &entry.waiter_ids));
         }
     }
 
     fn wake_every_channel(&self) {
         let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         for entry in channels.values() {
-            entry.wake.notify_one();
+            entry.post(Release::Free);
         }
     }
 
@@ -151,17 +201,34 @@ impl ReleaseNotifications {
     }
 }
 
+impl Channel {
+    fn post(&self, news: Release) {
+        let mut slot = self.news.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(Release::merge(*slot, news));
+        drop(slot);
+        self.wake.notify_one();
+    }
+}
+
 /// One waiter's interest in a key's releases; unsubscribes when the last one goes.
 pub(crate) struct Listener {
     notifications: Arc<ReleaseNotifications>,
     channel: String,
+    waiter_id: Option<String>,
     wake: Arc<Notify>,
+    news: Arc<Mutex<Option<Release>>>,
 }
 
 impl Listener {
-    /// Resolves at the next release notification (or at once if one came since the last call).
-    pub(crate) async fn released(&self) {
+    /// Resolves at the next release message (or at once if one came since the last
+    /// call) with what it said.
+    pub(crate) async fn released(&self) -> Release {
         self.wake.notified().await;
+        self.news
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or(Release::Free)
     }
 }
 
@@ -176,6 +243,9 @@ impl Drop for Listener {
         let last = match channels.get_mut(key) {
             Some(entry) => {
                 entry.listeners -= 1;
+                if let Some(id) = &self.waiter_id {
+                    entry.waiter_ids.retain(|ours| ours != id);
+                }
                 entry.listeners == 0
             }
             None => false,

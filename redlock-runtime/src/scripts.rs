@@ -23,15 +23,29 @@ use std::sync::LazyLock;
 /// The key of the shared fencing counter.
 pub(crate) const FENCE_KEY: &str = "redlock:fence";
 
+/// Prefixes of a key's queue of waiting clients and of their registrations' expiries.
+pub(crate) const QUEUE_PREFIX: &str = "redlock:queue:";
+pub(crate) const QUEUE_EXPIRY_PREFIX: &str = "redlock:queue-expiry:";
+
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
-/// KEYS: lock, fence counter. ARGV: owner token, lease in ms, and the owner token of
-/// the holder handing the lock on (empty if none): its lock, if still there, is
-/// deleted first (see `queue`'s hand-off).
+/// KEYS: lock, fence counter, waiter queue, waiter expiries.
+/// ARGV: owner token, lease in ms, the owner token of a same-client holder handing the
+/// lock on (empty if none; its lock, if still there, is deleted first: see `queue`'s
+/// hand-off), this waiter's id (empty on a first attempt), "1" if it is registered in
+/// the queue, how long a registration outlives the holder's lease (ms), release
+/// channel, publish command.
+///
+/// A waiter that fails registers in the key's queue (a sorted set by arrival; a second
+/// one holds each registration's expiry, so that waiters that died are dropped); a
+/// release reserves the key for the queue's head (`reserved:<id>`, for a short grace)
+/// and names it in its message; the named waiter's attempt takes the reservation and
+/// announces it (`T`), the others keep waiting without a round trip.
+///
 /// Returns `{1, token, handed}` when acquired (`handed` = 1 if the previous owner's
-/// lock was found and deleted), `{0, pttl}` when held by another owner, `{-1, type}`
-/// when the key holds something redlock did not write.
+/// lock was found and deleted), `{0, pttl}` when held by another owner or reserved for
+/// another waiter, `{-1, type}` when the key holds something redlock did not write.
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
@@ -40,7 +54,21 @@ if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
   redis.call('DEL', KEYS[1])
   handed = 1
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local acquired = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+local reserved = false
+if not acquired and ARGV[4] ~= '' and redis.pcall('GET', KEYS[1]) == 'reserved:' .. ARGV[4] then
+  redis.call('DEL', KEYS[1])
+  acquired = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  reserved = true
+end
+if acquired then
+  if ARGV[5] == '1' or reserved then
+    redis.call('ZREM', KEYS[3], ARGV[4])
+    redis.call('ZREM', KEYS[4], ARGV[4])
+  end
+  if reserved then
+    redis.call(ARGV[8], ARGV[7], 'T')
+  end
   local token = redis.call('INCR', KEYS[2])
   if token == 1 then
     local now = redis.call('TIME')
@@ -54,16 +82,27 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if ttl < 0 or kind ~= 'string' then
   return {-1, kind}
 end
+if ARGV[4] ~= '' then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
+  redis.call('ZADD', KEYS[4], ms + ttl + tonumber(ARGV[6]), ARGV[4])
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local keep = math.max(1, tonumber(last[2]) - ms)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[4], keep)
+end
 return {0, ttl}
 "#,
     )
 });
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
-/// KEYS: lock. ARGV: owner token, ms to keep the key (0: delete it), release channel,
-/// publish command (PUBLISH, or SPUBLISH on a cluster).
-/// Returns 1 when deleted (and published), 2 when kept for `hold_at_least`, 0 when the
-/// lock was not ours any more.
+/// KEYS: lock, waiter queue, waiter expiries. ARGV: owner token, ms to keep the key
+/// (0: release it), release channel, publish command (PUBLISH, or SPUBLISH on a
+/// cluster), grace of a reservation (ms).
+/// Returns 1 when released (deleted, or reserved for the queue's head; published),
+/// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more.
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
@@ -74,8 +113,35 @@ if tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 2
 end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
+    redis.call('ZREM', KEYS[2], gone)
+    redis.call('ZREM', KEYS[3], gone)
+  end
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head then
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', ARGV[5])
+    redis.call(ARGV[4], ARGV[3], 'R:' .. head)
+    return 1
+  end
+end
 redis.call('DEL', KEYS[1])
 redis.call(ARGV[4], ARGV[3], '')
+return 1
+"#,
+    )
+});
+
+/// KEYS: waiter queue, waiter expiries. ARGV: waiter id. A waiter that gave up leaves.
+pub(crate) static LEAVE_QUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 "#,
     )

@@ -120,8 +120,11 @@ impl LockRequest {
         // A holder of this client that released into our hands (see `queue`).
         let mut baton = turn.take_baton();
         let mut listeners: Vec<Listener> = Vec::new();
-        // This acquisition's place in the key's queue of waiting clients, once it waits.
-        let mut place: Option<QueuePlace> = None;
+        // This acquisition's place in the key's queue of waiting clients: taken by its
+        // first failed attempt, given back on success or when it gives up.
+        let mut place = masters
+            .queues_waiters()
+            .then(|| QueuePlace::new(&client, &key));
         let mut backoff = RETRY_BACKOFF.0;
         loop {
             // A fresh owner token per attempt: the background clean-up of an attempt
@@ -176,15 +179,15 @@ impl LockRequest {
                         return Err(timeout());
                     }
                     if listeners.is_empty() {
-                        // Listen, then try again at once: a release published between the
-                        // failed attempt and the subscription would otherwise be missed.
-                        // That attempt also takes a place in the key's queue.
-                        if masters.queues_waiters() {
-                            place = Some(QueuePlace::new(&client, &key));
-                        }
                         let id = place.as_ref().map(|place| place.id.clone());
-                        listeners = listen_everywhere(&client, &key, id, deadline).await;
-                        continue;
+                        let (fresh, live) =
+                            listen_everywhere(&client, &key, id, sent_at, deadline).await;
+                        listeners = fresh;
+                        if !live {
+                            // A fresh subscription: try again at once, since a release
+                            // published between the attempt and the subscription was missed.
+                            continue;
+                        }
                     }
                     // Retry at a release message that lets us, or when the holder's lease
                     // (or a reservation for another client) runs out.
@@ -250,18 +253,25 @@ impl LockRequest {
 
 /// Listens to `key`'s releases on every master; waits (until `deadline`) for the
 /// subscriptions to be confirmed. A failed subscription leaves the lease timer.
+/// The flag: every subscription was live already before `since`.
 async fn listen_everywhere(
     client: &LockClient,
     key: &str,
     waiter_id: Option<String>,
+    since: Instant,
     deadline: Instant,
-) -> Vec<Listener> {
+) -> (Vec<Listener>, bool) {
+    let mut all_live = true;
     let (listeners, confirmations): (Vec<_>, Vec<_>) = client
         .inner
         .masters
         .nodes()
         .iter()
-        .map(|node| node.listen(key, waiter_id.clone()))
+        .map(|node| {
+            let (listener, confirmed, live) = node.listen(key, waiter_id.clone(), since);
+            all_live &= live;
+            (listener, confirmed)
+        })
         .unzip();
     if let Ok(results) =
         tokio::time::timeout_at(deadline, futures_util::future::join_all(confirmations)).await
@@ -270,7 +280,7 @@ async fn listen_everywhere(
             tracing::debug!(%error, "redlock: subscription failed; waiting on the lease alone");
         }
     }
-    listeners
+    (listeners, all_live)
 }
 
 /// A waiting acquisition's place in its key's queue of waiting clients. Leaving

@@ -204,9 +204,14 @@ impl Node {
         &self,
         key: &str,
         waiter_id: Option<String>,
-    ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
+        since: tokio::time::Instant,
+    ) -> (
+        Listener,
+        impl Future<Output = RedisResult<()>> + use<>,
+        bool,
+    ) {
         self.notifications
-            .listen(self.connection.release_channel(key), waiter_id)
+            .listen(self.connection.release_channel(key), waiter_id, since)
     }
 
     /// One run of the acquire script. If this future is dropped while Redis may have

@@ -15,24 +15,35 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
 use redis::{PushInfo, PushKind, RedisResult, Value};
+use std::time::Duration;
+
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::connection::Connection;
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
-    Unsubscribe(String),
     /// The connection moved to another server (a Sentinel failover): subscribe anew.
     Resubscribe,
 }
 
+/// How long a channel nobody listens to stays subscribed. A key that is contended
+/// again soon finds its subscription live: no SUBSCRIBE, and no extra attempt to
+/// cover a release that a fresh subscription could have missed.
+const LINGER: Duration = Duration::from_secs(2);
+
 struct Channel {
     wake: Arc<Notify>,
     listeners: usize,
+    /// Redis confirmed the subscription.
+    confirmed: bool,
+    /// Since when nobody listens (swept after [`LINGER`]).
+    idle_since: Option<Instant>,
     /// Queue ids of this client's waiters on the channel.
     waiter_ids: Vec<String>,
-    /// What the last message said, for the listener the wake-up reaches.
-    news: Arc<Mutex<Option<Release>>>,
+    /// What the last message said and when it came, for the listener the wake-up reaches.
+    news: Arc<Mutex<Option<(Release, Instant)>>>,
 }
 
 /// What a release message says to this client's waiter.
@@ -129,28 +140,38 @@ impl ReleaseNotifications {
         notifications
     }
 
-    /// Registers a listener of `channel`. The returned future resolves once Redis has
-    /// confirmed the subscription (at once when another listener already had it).
+    /// Registers a listener of `channel`, interested in messages that came after
+    /// `since`. The returned future resolves once Redis has confirmed the subscription;
+    /// the flag says it was live already (so no message since `since` can have been
+    /// missed).
     pub(crate) fn listen(
         self: &Arc<Self>,
         channel: String,
         waiter_id: Option<String>,
-    ) -> (Listener, impl Future<Output = RedisResult<()>> + use<>) {
-        let (wake, news) = {
+        since: Instant,
+    ) -> (
+        Listener,
+        impl Future<Output = RedisResult<()>> + use<>,
+        bool,
+    ) {
+        let (wake, news, live) = {
             let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
             let entry = channels
                 .entry(channel.clone().into_bytes())
                 .or_insert_with(|| Channel {
                     wake: Arc::new(Notify::new()),
                     listeners: 0,
+                    confirmed: false,
+                    idle_since: None,
                     waiter_ids: Vec::new(),
                     news: Arc::new(Mutex::new(None)),
                 });
             entry.listeners += 1;
+            entry.idle_since = None;
             if let Some(id) = &waiter_id {
                 entry.waiter_ids.push(id.clone());
             }
-            (entry.wake.clone(), entry.news.clone())
+            (entry.wake.clone(), entry.news.clone(), entry.confirmed)
         };
         let (confirm, confirmed) = oneshot::channel();
         let _ = self
@@ -160,6 +181,7 @@ impl ReleaseNotifications {
             notifications: self.clone(),
             channel,
             waiter_id,
+            since,
             wake,
             news,
         };
@@ -171,7 +193,7 @@ impl ReleaseNotifications {
                 )))
             })
         };
-        (listener, confirmed)
+        (listener, confirmed, live)
     }
 
     /// After the connection moved to another server: renew every subscription there
@@ -195,16 +217,41 @@ impl ReleaseNotifications {
         }
     }
 
-    fn has_listeners(&self, channel: &str) -> bool {
-        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        channels.contains_key(channel.as_bytes())
+    fn confirm(&self, channel: &str) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = channels.get_mut(channel.as_bytes()) {
+            entry.confirmed = true;
+        }
+    }
+
+    /// Forgets the channels nobody has listened to for [`LINGER`]; returns them.
+    fn sweep(&self) -> Vec<String> {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let idle: Vec<Vec<u8>> = channels
+            .iter()
+            .filter(|(_, entry)| {
+                entry
+                    .idle_since
+                    .is_some_and(|since| since.elapsed() >= LINGER)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        idle.into_iter()
+            .filter_map(|name| {
+                channels.remove(&name);
+                String::from_utf8(name).ok()
+            })
+            .collect()
     }
 }
 
 impl Channel {
     fn post(&self, news: Release) {
         let mut slot = self.news.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = Some(Release::merge(*slot, news));
+        *slot = Some((
+            Release::merge(slot.map(|(earlier, _)| earlier), news),
+            Instant::now(),
+        ));
         drop(slot);
         self.wake.notify_one();
     }
@@ -215,20 +262,24 @@ pub(crate) struct Listener {
     notifications: Arc<ReleaseNotifications>,
     channel: String,
     waiter_id: Option<String>,
+    since: Instant,
     wake: Arc<Notify>,
-    news: Arc<Mutex<Option<Release>>>,
+    news: Arc<Mutex<Option<(Release, Instant)>>>,
 }
 
 impl Listener {
     /// Resolves at the next release message (or at once if one came since the last
-    /// call) with what it said.
+    /// call) with what it said. Messages from before `since` are stale: skipped.
     pub(crate) async fn released(&self) -> Release {
-        self.wake.notified().await;
-        self.news
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .unwrap_or(Release::Free)
+        loop {
+            self.wake.notified().await;
+            let news = self.news.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match news {
+                Some((_, at)) if at < self.since => continue,
+                Some((news, _)) => return news,
+                None => return Release::Free,
+            }
+        }
     }
 }
 
@@ -240,22 +291,15 @@ impl Drop for Listener {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let key = self.channel.as_bytes();
-        let last = match channels.get_mut(key) {
-            Some(entry) => {
-                entry.listeners -= 1;
-                if let Some(id) = &self.waiter_id {
-                    entry.waiter_ids.retain(|ours| ours != id);
-                }
-                entry.listeners == 0
+        if let Some(entry) = channels.get_mut(key) {
+            entry.listeners -= 1;
+            if let Some(id) = &self.waiter_id {
+                entry.waiter_ids.retain(|ours| ours != id);
             }
-            None => false,
-        };
-        if last {
-            channels.remove(key);
-            let _ = self
-                .notifications
-                .requests
-                .send(Request::Unsubscribe(std::mem::take(&mut self.channel)));
+            if entry.listeners == 0 {
+                // Stays subscribed for a while: see `LINGER`.
+                entry.idle_since = Some(Instant::now());
+            }
         }
     }
 }
@@ -267,7 +311,26 @@ async fn run_subscriptions(
 ) {
     // Channels Redis has confirmed; the connection manager resubscribes them after a reconnect.
     let mut subscribed: HashSet<String> = HashSet::new();
-    while let Some(request) = requests.recv().await {
+    let mut sweeps = tokio::time::interval(LINGER);
+    sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let request = tokio::select! {
+            request = requests.recv() => match request {
+                Some(request) => request,
+                None => return,
+            },
+            _ = sweeps.tick() => {
+                let Some(notifications) = notifications.upgrade() else {
+                    return;
+                };
+                for channel in notifications.sweep() {
+                    if subscribed.remove(&channel) {
+                        let _ = connection.unsubscribe(&channel).await;
+                    }
+                }
+                continue;
+            }
+        };
         match request {
             Request::Subscribe(channel, confirm) => {
                 let result = if subscribed.contains(&channel) {
@@ -275,10 +338,15 @@ async fn run_subscriptions(
                 } else {
                     let result = connection.subscribe(&channel).await;
                     if result.is_ok() {
-                        subscribed.insert(channel);
+                        subscribed.insert(channel.clone());
                     }
                     result
                 };
+                if result.is_ok()
+                    && let Some(notifications) = notifications.upgrade()
+                {
+                    notifications.confirm(&channel);
+                }
                 let _ = confirm.send(result);
             }
             Request::Resubscribe => {
@@ -286,15 +354,6 @@ async fn run_subscriptions(
                     if let Err(error) = connection.subscribe(channel).await {
                         tracing::warn!(%error, %channel, "redlock: resubscription failed");
                     }
-                }
-            }
-            Request::Unsubscribe(channel) => {
-                let Some(notifications) = notifications.upgrade() else {
-                    return;
-                };
-                // A listener may have come back for the channel since this was asked for.
-                if !notifications.has_listeners(&channel) && subscribed.remove(&channel) {
-                    let _ = connection.unsubscribe(&channel).await;
                 }
             }
         }

@@ -629,10 +629,12 @@ async fn waiting_clients_queue_in_redis_and_a_release_wakes_only_the_first() {
         task.await.unwrap();
     }
     let calls = evalsha_calls(&server) - before;
-    // 80 acquisitions by 8 clients. Waking every client on each release would cost
-    // about 8 attempts per acquisition; the queue names one.
+    // 80 acquisitions by 8 clients. Waking every client on each release costs about 8
+    // attempts per acquisition; with the queue a waiter tries about twice (once to take
+    // its place, once when named), plus the release: 3.5–4.5 here, 5.5 allowed for a
+    // loaded machine.
     assert!(
-        calls < 80 * 4,
+        calls < 80 * 11 / 2,
         "{calls} scripts for 80 acquisitions by 8 clients"
     );
     let left = server.cli(&["KEYS", "redlock:queue*"]);

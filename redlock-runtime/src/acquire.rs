@@ -129,20 +129,27 @@ impl LockRequest {
         loop {
             // A fresh owner token per attempt: the background clean-up of an attempt
             // whose reply was lost must not be able to delete a later attempt's lock.
-            let owner = uuid::Uuid::new_v4().simple().to_string();
+            let owner = client.fresh_token();
             let sent_at = Instant::now();
             let previous_owner = baton.as_ref().map(|baton| baton.owner.as_str());
-            let waiter = place.as_ref().map(QueuePlace::waiter);
+            // From this attempt on the place may be taken, even if its reply is lost
+            // (then giving up must give it back).
+            let was_registered = place
+                .as_mut()
+                .map(|place| std::mem::replace(&mut place.registered, true));
+            let waiter = place
+                .as_ref()
+                .zip(was_registered)
+                .map(|(place, registered)| Waiter {
+                    id: &place.id,
+                    registered,
+                });
             let outcome = masters
                 .acquire(&key, &owner, lease, lease_ms, previous_owner, waiter)
                 .await;
-            if let (Some(place), Ok(outcome)) = (place.as_mut(), &outcome) {
-                // A failed attempt registers (or refreshes) the place; a success frees it.
-                match outcome {
-                    Outcome::Held { .. } => place.registered = true,
-                    Outcome::Acquired { .. } => place.left = true,
-                    _ => {}
-                }
+            if let (Some(place), Ok(Outcome::Acquired { .. })) = (place.as_mut(), &outcome) {
+                // The script gave the place back with the success.
+                place.left = true;
             }
             if let Some(baton) = baton.take() {
                 // Unknown after an error: the releaser then releases in Redis itself.
@@ -158,6 +165,7 @@ impl LockRequest {
             }
             let retry_error = match outcome {
                 Ok(Outcome::Acquired { fencing_token, .. }) => {
+                    drop(place);
                     return Ok(LockGuard::new(Acquired {
                         client: client.clone(),
                         key,
@@ -171,6 +179,7 @@ impl LockRequest {
                     }));
                 }
                 Ok(Outcome::NotALock { found }) => {
+                    drop(place);
                     return Err(LockError::NotALock { key, found });
                 }
                 Ok(Outcome::Held { ttl, split }) => {
@@ -226,6 +235,7 @@ impl LockRequest {
                     continue;
                 }
                 Ok(Outcome::NotReplicated { confirmed, needed }) => {
+                    drop(place);
                     return Err(LockError::NotReplicated {
                         key,
                         confirmed,
@@ -286,34 +296,28 @@ async fn listen_everywhere(
 /// A waiting acquisition's place in its key's queue of waiting clients. Leaving
 /// without the lock (timeout, error, the future dropped) gives the place up in the
 /// background, so that no release names a waiter that is gone.
-struct QueuePlace {
-    client: LockClient,
-    key: String,
+struct QueuePlace<'a> {
+    client: &'a LockClient,
+    key: &'a str,
     id: String,
+    /// An attempt carrying the id was sent: the queue may hold it.
     registered: bool,
     left: bool,
 }
 
-impl QueuePlace {
-    fn new(client: &LockClient, key: &str) -> Self {
+impl<'a> QueuePlace<'a> {
+    fn new(client: &'a LockClient, key: &'a str) -> Self {
         QueuePlace {
-            client: client.clone(),
-            key: key.to_owned(),
-            id: uuid::Uuid::new_v4().simple().to_string(),
+            client,
+            key,
+            id: client.fresh_token(),
             registered: false,
             left: false,
         }
     }
-
-    fn waiter(&self) -> Waiter<'_> {
-        Waiter {
-            id: &self.id,
-            registered: self.registered,
-        }
-    }
 }
 
-impl Drop for QueuePlace {
+impl Drop for QueuePlace<'_> {
     fn drop(&mut self) {
         if !self.registered || self.left {
             return;
@@ -322,7 +326,7 @@ impl Drop for QueuePlace {
             return;
         };
         let client = self.client.clone();
-        let key = std::mem::take(&mut self.key);
+        let key = self.key.to_owned();
         let id = std::mem::take(&mut self.id);
         runtime.spawn(async move { client.inner.masters.leave_queue(&key, &id).await });
     }

@@ -59,6 +59,10 @@ pub struct LockClient {
 
 pub(crate) struct ClientInner {
     pub(crate) id: u64,
+    /// Random per client; with a counter it makes owner tokens and waiter ids unique
+    /// across clients and processes without drawing randomness per lock.
+    token_prefix: String,
+    next_token: AtomicU64,
     pub(crate) url: String,
     pub(crate) masters: Masters,
     pub(crate) config: ClientConfig,
@@ -193,6 +197,12 @@ impl LockClient {
 
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// A token no other owner or waiter, in any client, has or will have.
+    pub(crate) fn fresh_token(&self) -> String {
+        let n = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n:x}", self.inner.token_prefix)
     }
 }
 
@@ -374,6 +384,8 @@ impl LockClientBuilder {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(ClientInner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            token_prefix: uuid::Uuid::new_v4().simple().to_string(),
+            next_token: AtomicU64::new(0),
             url,
             masters,
             config,

@@ -263,14 +263,20 @@ impl Node {
         release_on(self.connection.clone(), self.queueing, key, owner, keep_ms).await
     }
 
-    /// Takes a waiter that gave up out of `key`'s queue.
+    /// Takes a waiter that gave up out of `key`'s queue (passing on a reservation
+    /// made for it meanwhile).
     pub(crate) async fn leave_queue(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
         let mut connection = self.connection.clone();
         let [queue, expiries] = self.connection.queue_keys(key);
         scripts::LEAVE_QUEUE
+            .key(key)
             .key(queue)
             .key(expiries)
             .arg(waiter_id)
+            .arg("")
+            .arg(self.connection.release_channel(key))
+            .arg(self.connection.publish_command())
+            .arg(self.queueing.reservation_ms)
             .invoke_async::<i64>(&mut connection)
             .await
             .map(drop)

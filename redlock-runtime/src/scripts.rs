@@ -104,7 +104,7 @@ return {0, ttl}
 /// Returns 1 when released (deleted, or reserved for the queue's head; published),
 /// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more.
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
         r#"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
@@ -113,38 +113,56 @@ if tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 2
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
-    redis.call('ZREM', KEYS[2], gone)
-    redis.call('ZREM', KEYS[3], gone)
-  end
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if head then
-    redis.call('ZREM', KEYS[2], head)
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', ARGV[5])
-    redis.call(ARGV[4], ARGV[3], 'R:' .. head)
-    return 1
-  end
-end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[4], ARGV[3], '')
+{HAND_ON}
 return 1
-"#,
-    )
+"#
+    ))
 });
 
-/// KEYS: waiter queue, waiter expiries. ARGV: waiter id. A waiter that gave up leaves.
+/// Frees the lock key (KEYS[1]) for the next in line: reserves it for the queue's
+/// head (KEYS[2], arrival order; KEYS[3], expiries: waiters past theirs are dropped)
+/// and names it on the channel (ARGV[3], published with ARGV[4]) for ARGV[5] ms, or,
+/// with nobody in line, deletes it and says so. Shared by the scripts that free a key.
+const HAND_ON: &str = r#"
+local function hand_on()
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    local now = redis.call('TIME')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
+      redis.call('ZREM', KEYS[2], gone)
+      redis.call('ZREM', KEYS[3], gone)
+    end
+    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if head then
+      redis.call('ZREM', KEYS[2], head)
+      redis.call('ZREM', KEYS[3], head)
+      redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', ARGV[5])
+      redis.call(ARGV[4], ARGV[3], 'R:' .. head)
+      return
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call(ARGV[4], ARGV[3], '')
+end
+hand_on()
+"#;
+
+/// A waiter that gave up leaves the queue; if a release reserved the key for it
+/// meanwhile, the reservation goes on to the next in line at once instead of running
+/// out. KEYS: lock, waiter queue, waiter expiries. ARGV: waiter id, (unused), release
+/// channel, publish command, grace of a reservation (ms).
 pub(crate) static LEAVE_QUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
         r#"
-redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.pcall('GET', KEYS[1]) ~= 'reserved:' .. ARGV[1] then
+  return 0
+end
+{HAND_ON}
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: lock. ARGV: owner token, new lease in ms. Returns 1 when extended, 0 when not ours.

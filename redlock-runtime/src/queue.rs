@@ -21,10 +21,8 @@
 //! usual and every waiter, in any client, gets its chance.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-
-use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::time::Duration;
 
 use tokio::sync::{OwnedMutexGuard, oneshot};

@@ -200,7 +200,7 @@ impl LockRequest {
                     }
                     // Retry at a release message that lets us, or when the holder's lease
                     // (or a reservation for another client) runs out.
-                    let lease_end = Instant::now() + ttl + Duration::from_millis(1);
+                    let lease_end = sent_at + ttl + Duration::from_millis(1);
                     let mut fallback: Option<Instant> = None;
                     loop {
                         let wake_at = fallback

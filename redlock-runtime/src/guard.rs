@@ -32,8 +32,11 @@ impl LockState {
         };
         state.extend_from(sent_at, lease);
         let state = Arc::new(state);
-        turn.set_holder(Arc::downgrade(&state));
-        *state.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
+        // The turn is stored before waiters learn of the holder, so that a lease
+        // already run out finds a turn to hand on.
+        let mut slot = state.turn.lock().unwrap_or_else(|e| e.into_inner());
+        slot.insert(turn).set_holder(Arc::downgrade(&state));
+        drop(slot);
         state
     }
 
@@ -54,6 +57,11 @@ impl LockState {
     pub(crate) fn mark_lost(&self) {
         self.lost.send_replace(true);
         self.hand_on_turn();
+    }
+
+    /// The lease may have run out (the local, conservative estimate).
+    pub(crate) fn lease_ran_out(&self) -> bool {
+        Instant::now() >= self.expires_at()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -252,9 +260,12 @@ impl Held {
         }
         let outcome = match handed_on {
             Some(HandOffOutcome::Done { released }) => Ok(released),
-            Some(HandOffOutcome::Vanished) => {
-                masters.release(key, &owner, keep).await.map(|_| true)
-            }
+            // Not ours any more: the taker's script deleted it, unless the lease had
+            // run out (then it may have expired, or been taken by another client).
+            Some(HandOffOutcome::Vanished) => masters
+                .release(key, &owner, keep)
+                .await
+                .map(|ours| ours || !state.lease_ran_out()),
             Some(HandOffOutcome::NotTaken) | None => masters.release(key, &owner, keep).await,
         };
         // Only now may this client's next waiter try: Redis has processed the release.

@@ -36,8 +36,9 @@ const LINGER: Duration = Duration::from_secs(2);
 struct Channel {
     wake: Arc<Notify>,
     listeners: usize,
-    /// Redis confirmed the subscription.
-    confirmed: bool,
+    /// When Redis confirmed the subscription (cleared when the connection drops or
+    /// moves, until it is confirmed again).
+    confirmed_at: Option<Instant>,
     /// Since when nobody listens (swept after [`LINGER`]).
     idle_since: Option<Instant>,
     /// Queue ids of this client's waiters on the channel.
@@ -161,7 +162,7 @@ impl ReleaseNotifications {
                 .or_insert_with(|| Channel {
                     wake: Arc::new(Notify::new()),
                     listeners: 0,
-                    confirmed: false,
+                    confirmed_at: None,
                     idle_since: None,
                     waiter_ids: Vec::new(),
                     news: Arc::new(Mutex::new(None)),
@@ -171,7 +172,8 @@ impl ReleaseNotifications {
             if let Some(id) = &waiter_id {
                 entry.waiter_ids.push(id.clone());
             }
-            (entry.wake.clone(), entry.news.clone(), entry.confirmed)
+            let live = entry.confirmed_at.is_some_and(|at| at <= since);
+            (entry.wake.clone(), entry.news.clone(), live)
         };
         let (confirm, confirmed) = oneshot::channel();
         let _ = self
@@ -210,9 +212,12 @@ impl ReleaseNotifications {
         }
     }
 
+    /// The connection dropped or moved: messages may have been missed, and the
+    /// subscriptions are not live until confirmed again.
     fn wake_every_channel(&self) {
-        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        for entry in channels.values() {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in channels.values_mut() {
+            entry.confirmed_at = None;
             entry.post(Release::Free);
         }
     }
@@ -220,7 +225,7 @@ impl ReleaseNotifications {
     fn confirm(&self, channel: &str) {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get_mut(channel.as_bytes()) {
-            entry.confirmed = true;
+            entry.confirmed_at.get_or_insert_with(Instant::now);
         }
     }
 
@@ -351,8 +356,15 @@ async fn run_subscriptions(
             }
             Request::Resubscribe => {
                 for channel in &subscribed {
-                    if let Err(error) = connection.subscribe(channel).await {
-                        tracing::warn!(%error, %channel, "redlock: resubscription failed");
+                    match connection.subscribe(channel).await {
+                        Ok(()) => {
+                            if let Some(notifications) = notifications.upgrade() {
+                                notifications.confirm(channel);
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, %channel, "redlock: resubscription failed")
+                        }
                     }
                 }
             }

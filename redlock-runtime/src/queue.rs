@@ -74,6 +74,8 @@ impl Baton {
 
 /// The releasing side of a hand-off.
 pub(crate) struct HandOff {
+    queues: Arc<LocalQueues>,
+    key: String,
     entry: Turnstile,
     picked_up: oneshot::Receiver<()>,
     outcome: oneshot::Receiver<bool>,
@@ -94,24 +96,33 @@ pub(crate) enum HandOffOutcome {
 impl HandOff {
     pub(crate) async fn outcome(self) -> HandOffOutcome {
         let HandOff {
+            queues,
+            key,
             entry,
             picked_up,
             outcome,
         } = self;
-        if !matches!(
-            tokio::time::timeout(PICK_UP_LIMIT, picked_up).await,
-            Ok(Ok(()))
-        ) {
-            // Take it back, unless it was picked up at the last moment.
-            let reclaimed = entry.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if reclaimed.is_some() {
-                return HandOffOutcome::NotTaken;
+        let result = async {
+            if !matches!(
+                tokio::time::timeout(PICK_UP_LIMIT, picked_up).await,
+                Ok(Ok(()))
+            ) {
+                // Take it back, unless it was picked up at the last moment.
+                let reclaimed = entry.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if reclaimed.is_some() {
+                    return HandOffOutcome::NotTaken;
+                }
+            }
+            match outcome.await {
+                Ok(released) => HandOffOutcome::Done { released },
+                Err(_) => HandOffOutcome::Vanished,
             }
         }
-        match outcome.await {
-            Ok(released) => HandOffOutcome::Done { released },
-            Err(_) => HandOffOutcome::Vanished,
-        }
+        .await;
+        // The waiters may all have left meanwhile: forget the key then.
+        drop(entry);
+        queues.forget_if_unused(&key);
+        result
     }
 }
 
@@ -168,6 +179,18 @@ impl LocalQueues {
         Some(turn)
     }
 
+    /// Removes `key`'s entry if nothing but the map holds it: every handle is cloned
+    /// under the map's lock, so the count cannot grow meanwhile.
+    fn forget_if_unused(&self, key: &str) {
+        let mut turnstiles = self.turnstiles.lock().unwrap_or_else(|e| e.into_inner());
+        if turnstiles
+            .get(key)
+            .is_some_and(|turnstile| Arc::strong_count(turnstile) == 1)
+        {
+            turnstiles.remove(key);
+        }
+    }
+
     /// Number of keys with a holder or a waiter in this client (for tests and metrics).
     pub(crate) fn len(&self) -> usize {
         self.turnstiles
@@ -183,6 +206,9 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     let in_line = entry.turn.clone().lock_owned();
     tokio::pin!(in_line);
     let mut duty: Option<WatchDuty<'_>> = None;
+    // The holder whose lease this waiter saw end: watching it again would return at
+    // once, forever, while its release is still on its way to Redis.
+    let mut seen_gone: Weak<LockState> = Weak::new();
     loop {
         if duty.is_none() && !entry.watched.swap(true, Ordering::AcqRel) {
             duty = Some(WatchDuty(entry));
@@ -203,17 +229,23 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .upgrade();
+        let holder = holder.filter(|holder| !Weak::ptr_eq(&Arc::downgrade(holder), &seen_gone));
         let holder_gone = async {
-            match holder {
+            match &holder {
                 // Resolves when the holder's lock is lost or its lease ran out; that
-                // hands the turn on, and the next loop finds it in line.
+                // hands the turn on (unless its release is under way), and the turn
+                // then comes in line.
                 Some(holder) => holder.lost().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             guard = &mut in_line => return guard,
-            () = holder_gone => {}
+            () = holder_gone => {
+                if let Some(holder) = &holder {
+                    seen_gone = Arc::downgrade(holder);
+                }
+            }
             () = &mut changed => {}
         }
     }
@@ -290,8 +322,12 @@ impl LocalTurn {
             picked_up: Some(picked_up),
             outcome: Some(outcome),
         });
+        let queues = self.queues.clone();
+        let key = self.key.clone();
         drop(self);
         Ok(HandOff {
+            queues,
+            key,
             entry,
             picked_up: picked_up_rx,
             outcome: outcome_rx,
@@ -316,16 +352,6 @@ impl Drop for LocalTurn {
         }
         drop(self.guard.take());
         drop(self.entry.take());
-        let mut turnstiles = self
-            .queues
-            .turnstiles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if turnstiles
-            .get(&self.key)
-            .is_some_and(|turnstile| Arc::strong_count(turnstile) == 1)
-        {
-            turnstiles.remove(&self.key);
-        }
+        self.queues.forget_if_unused(&self.key);
     }
 }

@@ -33,8 +33,8 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// KEYS: lock, fence counter, waiter queue, waiter expiries.
 /// ARGV: owner token, lease in ms, the owner token of a same-client holder handing the
 /// lock on (empty if none; its lock, if still there, is deleted first: see `queue`'s
-/// hand-off), this waiter's id (empty on a first attempt), "1" if it is registered in
-/// the queue, how long a registration outlives the holder's lease (ms), release
+/// hand-off), this waiter's id (empty with RedLock, which keeps no queue), "1" if an
+/// earlier attempt may have registered it in the queue, how long a registration outlives the holder's lease (ms), release
 /// channel, publish command.
 ///
 /// A waiter that fails registers in the key's queue (a sorted set by arrival; a second

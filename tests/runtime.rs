@@ -6,11 +6,33 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redlock_runtime::{LockClient, LockError};
+use redlock_runtime::{LockClient, LockError, LockGuard};
 use redlock_testkit::RedisServer;
 
 async fn client(server: &RedisServer) -> LockClient {
     LockClient::connect(&server.url()).await.expect("connect")
+}
+
+/// Lets `waiter` queue for `held`'s key, releases `held` 300 ms later, and returns how
+/// long after the release call the waiter had the lock.
+async fn handover_delay(held: LockGuard, waiter: LockClient) -> Duration {
+    let key = held.key().to_owned();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock(key)
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    waiting.await.unwrap().duration_since(released_at)
 }
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -235,23 +257,7 @@ async fn a_waiter_wakes_on_the_release_not_at_the_lease_end() {
         .acquire()
         .await
         .unwrap();
-    let waiter = tokio::spawn(async move {
-        let guard = waiter_client
-            .lock("wake")
-            .wait(Duration::from_secs(15))
-            .lease(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        guard.release().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let acquired_at = waiter.await.unwrap();
-    let delay = acquired_at.duration_since(released_at);
+    let delay = handover_delay(guard, waiter_client).await;
     // Woken by the notification: milliseconds, where a poll or the lease would be seconds.
     assert!(
         delay < Duration::from_millis(500),
@@ -664,25 +670,9 @@ async fn a_waiter_that_died_first_in_line_costs_the_others_only_the_grace() {
         "99999999999999",
         "ghost",
     ]);
-    let waiting = tokio::spawn(async move {
-        let guard = waiter
-            .lock("job")
-            .wait(Duration::from_secs(15))
-            .lease(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        guard.release().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let acquired_at = waiting.await.unwrap();
-    // The release reserved the key for the ghost; the live waiter took it when the
-    // 100 ms reservation ran out, not at the 20 s lease's end.
-    let delay = acquired_at.duration_since(released_at);
+    // The release reserves the key for the ghost; the live waiter takes it when the
+    // 100 ms reservation runs out, not at the 20 s lease's end.
+    let delay = handover_delay(guard, waiter).await;
     assert!(
         delay < Duration::from_secs(2),
         "the live waiter waited {delay:?}"

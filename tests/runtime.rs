@@ -678,3 +678,28 @@ async fn a_waiter_that_died_first_in_line_costs_the_others_only_the_grace() {
         "the live waiter waited {delay:?}"
     );
 }
+
+#[tokio::test]
+async fn an_interrupted_release_still_frees_the_lock() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let other = client(&server).await;
+    for micros in [0u64, 30, 100, 300] {
+        let guard = holder
+            .lock("interrupted")
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        let _ = tokio::time::timeout(Duration::from_micros(micros), guard.release()).await;
+        // Freed in the background long before the 60 s lease.
+        let next = other
+            .lock("interrupted")
+            .wait(Duration::from_secs(5))
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await
+            .expect("an interrupted release left the lock behind");
+        next.release().await.unwrap();
+    }
+}

@@ -244,6 +244,14 @@ impl Held {
             .and_then(|least| least.checked_sub(acquired_at.elapsed()))
             .map(|rest| rest.as_millis().max(1) as u64)
             .unwrap_or(0);
+        // If this future is dropped before Redis has answered, release in the background.
+        let mut unfinished = UnfinishedRelease {
+            client: &client,
+            key,
+            owner: &owner,
+            keep,
+            armed: true,
+        };
         let masters = &client.inner.masters;
         // With a waiter of this client in line, pass the lock on in its acquire script
         // (see `queue`); otherwise, or if it does not pick it up, release in Redis.
@@ -268,6 +276,7 @@ impl Held {
                 .map(|ours| ours || !state.lease_ran_out()),
             Some(HandOffOutcome::NotTaken) | None => masters.release(key, &owner, keep).await,
         };
+        unfinished.armed = false;
         // Only now may this client's next waiter try: Redis has processed the release.
         drop(turn);
         state.mark_lost();
@@ -287,6 +296,33 @@ impl Held {
             }
             Err(error) => Err(error.into_lock_error(key, masters)),
         }
+    }
+}
+
+/// Armed while a release has not been answered; dropped armed (the release future was
+/// cancelled), it releases in the background: compare-and-delete, harmless if done.
+struct UnfinishedRelease<'a> {
+    client: &'a LockClient,
+    key: &'a str,
+    owner: &'a str,
+    keep: u64,
+    armed: bool,
+}
+
+impl Drop for UnfinishedRelease<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        let (key, owner, keep) = (self.key.to_owned(), self.owner.to_owned(), self.keep);
+        runtime.spawn(async move {
+            let outcome = client.inner.masters.release(&key, &owner, keep).await;
+            tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
+        });
     }
 }
 

@@ -446,21 +446,26 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_hands_the_lock_to_the_next_task_in_one_script() {
-    let server = RedisServer::start();
-    let client = client(&server).await;
+/// One task per entry of `clients` (a client may appear several times) takes `key`
+/// `rounds` times, holding it for `hold`; asserts that no two ever held it at once and
+/// returns every fencing token handed out.
+async fn take_turns(
+    clients: Vec<LockClient>,
+    key: &str,
+    rounds: usize,
+    hold: Duration,
+) -> Vec<u64> {
     let in_section = Arc::new(AtomicUsize::new(0));
-    let before = evalsha_calls(&server);
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let client = client.clone();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
             let in_section = in_section.clone();
+            let key = key.to_owned();
             tokio::spawn(async move {
                 let mut tokens = Vec::new();
-                for _ in 0..20 {
+                for _ in 0..rounds {
                     let guard = client
-                        .lock("relay")
+                        .lock(key.as_str())
                         .wait(Duration::from_secs(30))
                         .lease(Duration::from_secs(5))
                         .acquire()
@@ -471,7 +476,7 @@ async fn a_release_hands_the_lock_to_the_next_task_in_one_script() {
                         0,
                         "two holders at once"
                     );
-                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    tokio::time::sleep(hold).await;
                     in_section.fetch_sub(1, Ordering::SeqCst);
                     tokens.push(guard.fencing_token());
                     guard.release().await.unwrap();
@@ -484,6 +489,15 @@ async fn a_release_hands_the_lock_to_the_next_task_in_one_script() {
     for task in tasks {
         tokens.extend(task.await.unwrap());
     }
+    tokens
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_next_task_in_one_script() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let before = evalsha_calls(&server);
+    let mut tokens = take_turns(vec![client; 8], "relay", 20, Duration::from_micros(200)).await;
     let calls = evalsha_calls(&server) - before;
     // 160 acquisitions: a plain release + acquire would be 320 scripts; a hand-off is
     // one script for both, and only every ninth release goes through Redis on its own.
@@ -604,36 +618,9 @@ async fn waiting_clients_queue_in_redis_and_a_release_wakes_only_the_first() {
     for _ in 0..8 {
         clients.push(client(&server).await);
     }
-    let in_section = Arc::new(AtomicUsize::new(0));
     let before = evalsha_calls(&server);
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .map(|client| {
-            let in_section = in_section.clone();
-            tokio::spawn(async move {
-                for _ in 0..10 {
-                    let guard = client
-                        .lock("shared-by-processes")
-                        .wait(Duration::from_secs(30))
-                        .lease(Duration::from_secs(5))
-                        .acquire()
-                        .await
-                        .unwrap();
-                    assert_eq!(
-                        in_section.fetch_add(1, Ordering::SeqCst),
-                        0,
-                        "two holders at once"
-                    );
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    in_section.fetch_sub(1, Ordering::SeqCst);
-                    guard.release().await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    let tokens = take_turns(clients, "shared-by-processes", 10, Duration::from_millis(1)).await;
+    assert_eq!(tokens.len(), 80);
     let calls = evalsha_calls(&server) - before;
     // 80 acquisitions by 8 clients. Waking every client on each release costs about 8
     // attempts per acquisition; with the queue a waiter tries about twice (once to take

@@ -65,7 +65,7 @@ impl LockState {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || Instant::now() >= self.expires_at()
+        *self.lost.borrow() || self.lease_ran_out()
     }
 
     fn hand_on_turn(&self) {

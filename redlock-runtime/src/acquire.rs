@@ -7,12 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::cleanup::SpawnOnDrop;
 use crate::client::{LockClient, MAX_KEY_LEN};
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
 use crate::masters::Outcome;
-use crate::node::Waiter;
+use crate::node::{Waiter, slot_is_moving};
 use crate::notify::{Listener, Release};
+use crate::scripts::RESERVED_PREFIX;
 
 /// Longest lease or wait accepted: Redis keeps expiries in milliseconds as a signed
 /// 64-bit count from the epoch, and an instant that far ahead overflows the clock.
@@ -67,8 +69,10 @@ impl LockRequest {
     /// Acquires the lock, waiting up to `wait` for it.
     ///
     /// Fails with [`LockError::Timeout`] when another owner held it for the whole wait.
-    /// Dropping the returned future mid-way leaves nothing behind: a lock the attempt
-    /// may have taken is released in the background.
+    /// Returns within `wait` plus the client's response timeout, whatever Redis does
+    /// (reconnects and Sentinel look-ups included). Dropping the returned future
+    /// mid-way leaves nothing behind: a lock the attempt may have taken is released in
+    /// the background.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let span = tracing::debug_span!(
             "redlock.acquire",
@@ -79,7 +83,23 @@ impl LockRequest {
             waited = tracing::field::Empty,
         );
         let started = Instant::now();
-        let result = self.acquire_inner(started).instrument(span.clone()).await;
+        let bound = self
+            .wait
+            .saturating_add(self.client.inner.config.response_timeout);
+        let key = self.key.clone();
+        let result = match tokio::time::timeout(bound, self.acquire_inner(started))
+            .instrument(span.clone())
+            .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(LockError::redis(
+                &key,
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "Redis did not answer within the wait and the response timeout",
+                )),
+            )),
+        };
         span.record("waited", tracing::field::debug(started.elapsed()));
         span.record(
             "outcome",
@@ -101,6 +121,18 @@ impl LockRequest {
             hold_at_least,
         } = self;
         validate(&key, wait, lease, hold_at_least)?;
+        if let (Some(lease), Some(max_lease)) = (lease, client.inner.masters.max_lease())
+            && lease > max_lease
+        {
+            return Err(LockError::invalid_options(
+                &key,
+                format!(
+                    "lease of {lease:?} is longer than the client's max_lease ({max_lease:?}), \
+                     which RedLock needs to know how long a restarted master stays out of the vote; \
+                     raise it with LockClientBuilder::max_lease"
+                ),
+            ));
+        }
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(client.inner.config.watchdog_lease);
         let lease_ms = lease_millis(&key, lease)?;
@@ -121,9 +153,9 @@ impl LockRequest {
         let mut baton = turn.take_baton();
         let mut listeners: Vec<Listener> = Vec::new();
         // This acquisition's place in the key's queue of waiting clients: taken by its
-        // first failed attempt, given back on success or when it gives up.
-        let mut place = masters
-            .queues_waiters()
+        // first failed attempt, given back on success or when it gives up. An attempt
+        // that will not wait takes none: it would leave a claim behind it.
+        let mut place = (masters.queues_waiters() && Instant::now() < deadline)
             .then(|| QueuePlace::new(&client, &key));
         let mut backoff = RETRY_BACKOFF.0;
         loop {
@@ -144,9 +176,24 @@ impl LockRequest {
                     id: &place.id,
                     registered,
                 });
+            // Armed until the outcome is known: dropped mid-way (during the script, a
+            // replica confirmation or RedLock's fencing write-back), or failed with the
+            // reply lost, whatever this attempt took is released in the background.
+            let undo = SpawnOnDrop::new({
+                let (client, key, owner) = (client.clone(), key.clone(), owner.clone());
+                async move {
+                    let outcome = client.inner.masters.release(&key, &owner, 0).await;
+                    tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+                }
+            });
             let outcome = masters
                 .acquire(&key, &owner, lease, lease_ms, previous_owner, waiter)
                 .await;
+            if outcome.is_ok() {
+                undo.disarm();
+            } else {
+                drop(undo);
+            }
             if let (Some(place), Ok(Outcome::Acquired { .. })) = (place.as_mut(), &outcome) {
                 // The script gave the place back with the success.
                 place.left = true;
@@ -221,6 +268,10 @@ impl LockRequest {
                                     fallback = Some(Instant::now() + grace + Duration::from_millis(5));
                                 }
                                 Release::Taken => fallback = None,
+                                // Kept for `hold_at_least`: free when that ends.
+                                Release::Kept(rest) => {
+                                    fallback = Some(Instant::now() + rest + Duration::from_millis(1));
+                                }
                             },
                             _ = tokio::time::sleep_until(wake_at) => break,
                         }
@@ -342,7 +393,8 @@ impl IntoFuture for LockRequest {
 }
 
 fn is_transient(error: &redis::RedisError) -> bool {
-    error.is_io_error()
+    slot_is_moving(error)
+        || error.is_io_error()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
@@ -360,6 +412,15 @@ fn validate(
         return Err(LockError::InvalidKey {
             key: String::new(),
             reason: "the key is empty".into(),
+        });
+    }
+    if key.starts_with(RESERVED_PREFIX) {
+        return Err(LockError::InvalidKey {
+            key: key.to_owned(),
+            reason: format!(
+                "keys starting with `{RESERVED_PREFIX}` are reserved for redlock's own state \
+                 (fencing counters, waiter queues); choose another prefix"
+            ),
         });
     }
     if key.len() > MAX_KEY_LEN {

@@ -32,6 +32,7 @@ pub(crate) struct ClientConfig {
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) confirm_replicas: Option<(usize, Duration)>,
     pub(crate) reservation_grace: Duration,
+    pub(crate) max_lease: Option<Duration>,
 }
 
 impl Default for ClientConfig {
@@ -44,7 +45,94 @@ impl Default for ClientConfig {
             node_timeout: None,
             confirm_replicas: None,
             reservation_grace: Duration::from_millis(100),
+            max_lease: None,
         }
+    }
+}
+
+/// Longest value any duration setting accepts (as for leases and waits: an instant
+/// that far ahead would overflow the clock).
+const MAX_SETTING: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The default of [`LockClientBuilder::max_lease`] (or the watchdog lease, if longer).
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
+
+/// Longest accepted [`LockClientBuilder::reservation_grace`]: a waiter that died while
+/// first in line makes every other waiter wait that long.
+const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(60);
+
+impl ClientConfig {
+    /// The longest lease a lock may have on RedLock masters, and so how long a master
+    /// that restarted stays out of the vote.
+    pub(crate) fn max_lease(&self) -> Duration {
+        self.max_lease
+            .unwrap_or_else(|| DEFAULT_MAX_LEASE.max(self.watchdog_lease))
+    }
+
+    /// Checks every setting at its edges; the error names the setting.
+    pub(crate) fn validate(&self, redlock: bool) -> Result<(), String> {
+        let at_least_a_millisecond = |what: &str, value: Duration| {
+            if value < Duration::from_millis(1) {
+                Err(format!(
+                    "{what} of {value:?} is below Redis's 1 ms resolution; use at least 1 ms"
+                ))
+            } else if value > MAX_SETTING {
+                Err(format!(
+                    "{what} of {value:?} is longer than the limit of 100 years"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least_a_millisecond("watchdog_lease", self.watchdog_lease)?;
+        at_least_a_millisecond("renew_every", self.renew_every)?;
+        at_least_a_millisecond("response_timeout", self.response_timeout)?;
+        at_least_a_millisecond("connect_timeout", self.connect_timeout)?;
+        if let Some(node_timeout) = self.node_timeout {
+            at_least_a_millisecond("node_timeout", node_timeout)?;
+        }
+        if let Some(max_lease) = self.max_lease {
+            at_least_a_millisecond("max_lease", max_lease)?;
+        }
+        if self.renew_every >= self.watchdog_lease {
+            return Err(format!(
+                "renew_every ({:?}) must be shorter than watchdog_lease ({:?})",
+                self.renew_every, self.watchdog_lease
+            ));
+        }
+        if self.reservation_grace > MAX_RESERVATION_GRACE {
+            return Err(format!(
+                "reservation_grace of {:?} is longer than the limit of {MAX_RESERVATION_GRACE:?} \
+                 (a waiter that died first in line would hold up every other waiter that long)",
+                self.reservation_grace
+            ));
+        }
+        if let Some((replicas, timeout)) = self.confirm_replicas {
+            if replicas == 0 {
+                return Err("confirm_replicas needs at least one replica".into());
+            }
+            // `WAIT` with 0 ms would block forever.
+            at_least_a_millisecond("the confirm_replicas timeout", timeout)?;
+            if timeout >= self.response_timeout {
+                return Err(format!(
+                    "the confirm_replicas timeout ({timeout:?}) must be shorter than the response_timeout ({:?})",
+                    self.response_timeout
+                ));
+            }
+            if redlock {
+                return Err(
+                    "confirm_replicas is for one server or Sentinel, not RedLock (a majority of masters is the confirmation there)".into(),
+                );
+            }
+        }
+        if redlock && self.watchdog_lease > self.max_lease() {
+            return Err(format!(
+                "watchdog_lease ({:?}) must not be longer than max_lease ({:?})",
+                self.watchdog_lease,
+                self.max_lease()
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -293,6 +381,19 @@ impl LockClientBuilder {
         self
     }
 
+    /// RedLock: the longest lease any lock on these masters may have (default 60 s, or
+    /// the watchdog lease if longer). Longer leases are refused with
+    /// [`LockError::InvalidOptions`]. A master whose Redis process started less than
+    /// this long ago does not count toward a majority (unless every master answers
+    /// and none has ever held a lock: a fresh deployment), because it may have lost
+    /// locks that are still running: this is RedLock's "delayed restart", enforced by
+    /// the client. Give every client of the same masters the same value.
+    /// Counted in whole seconds (rounded up). Unused with one server.
+    pub fn max_lease(mut self, lease: Duration) -> Self {
+        self.config.max_lease = Some(lease);
+        self
+    }
+
     /// Per-master timeout of a RedLock acquisition (default: a tenth of the lease,
     /// between 50 ms and the response timeout). Unused with one server.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
@@ -335,31 +436,14 @@ impl LockClientBuilder {
         if targets.is_empty() {
             return Err(invalid("no Redis server given".into()));
         }
-        for (what, value) in [
-            ("watchdog_lease", config.watchdog_lease),
-            ("renew_every", config.renew_every),
-            ("response_timeout", config.response_timeout),
-            ("connect_timeout", config.connect_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(invalid(format!("{what} must be above zero")));
-            }
-        }
-        if config.renew_every >= config.watchdog_lease {
-            return Err(invalid(format!(
-                "renew_every ({:?}) must be shorter than watchdog_lease ({:?})",
-                config.renew_every, config.watchdog_lease
-            )));
-        }
-        // Connect to every master at once. With RedLock a master that is down gets a
-        // connection that keeps retrying, so it can rejoin the majority later.
-        if let Some((_, timeout)) = config.confirm_replicas
-            && timeout >= config.response_timeout
-        {
-            return Err(invalid(format!(
-                "the replica confirmation timeout ({timeout:?}) must be shorter than the response timeout ({:?})",
-                config.response_timeout
-            )));
+        let redlock = matches!(self.topology, Topology::Masters) && targets.len() > 1;
+        config
+            .validate(redlock)
+            .map_err(|reason| LockError::invalid_settings(reason))?;
+        if config.confirm_replicas.is_some() && matches!(self.topology, Topology::Cluster) {
+            return Err(LockError::invalid_settings(
+                "confirm_replicas is for one server or Sentinel, not Redis Cluster",
+            ));
         }
         let nodes = match &self.topology {
             Topology::Masters => Self::connect_masters(targets, &config).await?,
@@ -375,11 +459,6 @@ impl LockClientBuilder {
                 ]
             }
         };
-        if nodes.len() > 1 && config.confirm_replicas.is_some() {
-            return Err(invalid(
-                "replica confirmation is for one server or Sentinel, not RedLock".into(),
-            ));
-        }
         let masters = Masters::new(nodes, &config);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(ClientInner {

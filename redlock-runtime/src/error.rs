@@ -38,8 +38,9 @@ pub enum LockError {
     #[error("invalid lock key `{}`: {reason}", Preview(.key))]
     InvalidKey { key: String, reason: String },
 
-    /// The options of an acquisition contradict each other or are out of range.
-    #[error("invalid options for lock `{}`: {reason}", Preview(.key))]
+    /// The options of an acquisition, or the client's settings (then `key` is empty and
+    /// `reason` names the setting), contradict each other or are out of range.
+    #[error("{}", InvalidOptionsMessage(.key, .reason))]
     InvalidOptions { key: String, reason: String },
 
     /// The key exists in Redis but does not hold a lock written by redlock
@@ -103,6 +104,14 @@ impl LockError {
         }
     }
 
+    /// A client setting out of range, found at `connect()`.
+    pub(crate) fn invalid_settings(reason: impl Into<String>) -> Self {
+        LockError::InvalidOptions {
+            key: String::new(),
+            reason: reason.into(),
+        }
+    }
+
     pub(crate) fn invalid_options(key: &str, reason: impl Into<String>) -> Self {
         LockError::InvalidOptions {
             key: key.to_owned(),
@@ -119,6 +128,19 @@ impl From<LockError> for std::io::Error {
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, error)
+    }
+}
+
+struct InvalidOptionsMessage<'a>(&'a str, &'a str);
+
+impl fmt::Display for InvalidOptionsMessage<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidOptionsMessage("", reason) => write!(f, "invalid lock client setting: {reason}"),
+            InvalidOptionsMessage(key, reason) => {
+                write!(f, "invalid options for lock `{}`: {reason}", Preview(key))
+            }
+        }
     }
 }
 

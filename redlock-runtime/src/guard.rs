@@ -1,12 +1,12 @@
 //! The guard of a held lock, and what it shares with the watchdog.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cleanup::SpawnOnDrop;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::queue::{HandOffOutcome, LocalTurn};
@@ -14,9 +14,9 @@ use crate::queue::{HandOffOutcome, LocalTurn};
 /// What the guard, the watchdog and `lost()` futures share about one held lock.
 pub(crate) struct LockState {
     lost: watch::Sender<bool>,
-    /// When the lease runs out at the latest, as nanoseconds after `origin`: measured
-    /// from before the command that set it was sent, so never later than Redis's view.
-    expires_at: AtomicU64,
+    /// When the lease runs out at the latest: measured from before the command that set
+    /// it was sent, so never later than Redis's view (see [`LeaseUpdate`]).
+    expiry: Mutex<Expiry>,
     origin: Instant,
     /// This client's turn at the key; handed on as soon as the lock is known lost.
     turn: Mutex<Option<LocalTurn>>,
@@ -26,11 +26,11 @@ impl LockState {
     pub(crate) fn new(sent_at: Instant, lease: Duration, turn: LocalTurn) -> Arc<Self> {
         let state = LockState {
             lost: watch::Sender::new(false),
-            expires_at: AtomicU64::new(0),
+            expiry: Mutex::new(Expiry::default()),
             origin: sent_at,
             turn: Mutex::new(None),
         };
-        state.extend_from(sent_at, lease);
+        state.expiry().nanos = state.nanos_after_origin(sent_at, lease);
         let state = Arc::new(state);
         // The turn is stored before waiters learn of the holder, so that a lease
         // already run out finds a turn to hand on.
@@ -40,15 +40,31 @@ impl LockState {
         state
     }
 
-    /// Records a lease of `lease` counted from `sent_at`.
-    pub(crate) fn extend_from(&self, sent_at: Instant, lease: Duration) {
+    fn expiry(&self) -> std::sync::MutexGuard<'_, Expiry> {
+        self.expiry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn nanos_after_origin(&self, sent_at: Instant, lease: Duration) -> u64 {
         let end = sent_at.saturating_duration_since(self.origin) + lease;
-        let nanos = u64::try_from(end.as_nanos()).unwrap_or(u64::MAX);
-        self.expires_at.store(nanos, Ordering::Release);
+        u64::try_from(end.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts a renewal or an extension of the lease, sent after this call.
+    pub(crate) fn begin_update(self: &Arc<Self>, lease: Duration) -> LeaseUpdate {
+        let mut expiry = self.expiry();
+        expiry.started += 1;
+        expiry.in_flight += 1;
+        LeaseUpdate {
+            state: self.clone(),
+            ticket: expiry.started,
+            sent_at: Instant::now(),
+            lease,
+            finished: false,
+        }
     }
 
     pub(crate) fn expires_at(&self) -> Instant {
-        let nanos = self.expires_at.load(Ordering::Acquire);
+        let nanos = self.expiry().nanos;
         self.origin
             .checked_add(Duration::from_nanos(nanos))
             .unwrap_or_else(|| self.origin + Duration::from_secs(86_400 * 365 * 30))
@@ -68,8 +84,17 @@ impl LockState {
         *self.lost.borrow() || self.lease_ran_out()
     }
 
-    fn hand_on_turn(&self) {
+    /// Lets this client's next waiter (or a try-lock) have the key's turn.
+    pub(crate) fn hand_on_turn(&self) {
         drop(self.take_turn());
+    }
+
+    /// How long the lock is surely still ours (zero once lost).
+    pub(crate) fn remaining(&self) -> Duration {
+        if *self.lost.borrow() {
+            return Duration::ZERO;
+        }
+        self.expires_at().saturating_duration_since(Instant::now())
     }
 
     fn take_turn(&self) -> Option<LocalTurn> {
@@ -93,6 +118,63 @@ impl LockState {
                 _ = tokio::time::sleep_until(expires_at) => {}
             }
         }
+    }
+}
+
+/// The local lease estimate and the updates of it under way.
+#[derive(Debug, Default)]
+struct Expiry {
+    /// Nanoseconds after `origin`.
+    nanos: u64,
+    /// Updates started so far, and still unanswered.
+    started: u64,
+    in_flight: u32,
+}
+
+/// One renewal or extension under way. Redis applies concurrent ones in an order the
+/// client cannot see (a renewal sent just before a short `extend` may be processed
+/// after it, or before), so only an update that nothing overlapped may set the local
+/// estimate; any other outcome can only lower it. So the estimate is never later than
+/// Redis's expiry. Dropped unfinished (its future cancelled), it counts as unknown.
+pub(crate) struct LeaseUpdate {
+    state: Arc<LockState>,
+    ticket: u64,
+    sent_at: Instant,
+    lease: Duration,
+    finished: bool,
+}
+
+impl LeaseUpdate {
+    /// Redis confirmed the new lease.
+    pub(crate) fn confirmed(mut self) {
+        self.finish(true);
+    }
+
+    /// Redis's answer is unknown (or the lock is gone): the lease may or may not have
+    /// been set.
+    pub(crate) fn unknown(mut self) {
+        self.finish(false);
+    }
+
+    fn finish(&mut self, confirmed: bool) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let ours = self.state.nanos_after_origin(self.sent_at, self.lease);
+        let mut expiry = self.state.expiry();
+        let alone = expiry.in_flight == 1 && expiry.started == self.ticket;
+        expiry.nanos = if confirmed && alone {
+            ours
+        } else {
+            expiry.nanos.min(ours)
+        };
+        expiry.in_flight -= 1;
+    }
+}
+
+impl Drop for LeaseUpdate {
+    fn drop(&mut self) {
+        self.finish(false);
     }
 }
 
@@ -163,6 +245,11 @@ impl LockGuard {
         }
     }
 
+    /// The shared state of the lock (for `current_lock()`).
+    pub(crate) fn state(&self) -> Option<Arc<LockState>> {
+        self.held.as_ref().map(|held| held.state.clone())
+    }
+
     /// The lock's key.
     pub fn key(&self) -> &str {
         &self.key
@@ -181,6 +268,15 @@ impl LockGuard {
         self.held.as_ref().is_none_or(|held| held.state.is_lost())
     }
 
+    /// How long the lock is surely still ours, by this client's conservative estimate
+    /// (measured from before the last renewal or extension was sent, less clock drift
+    /// with RedLock): never later than Redis's own expiry. Zero once lost.
+    pub fn lease_remaining(&self) -> Duration {
+        self.held
+            .as_ref()
+            .map_or(Duration::ZERO, |held| held.state.remaining())
+    }
+
     /// Resolves when the lock is known gone or its lease runs out without renewal.
     pub async fn lost(&self) {
         if let Some(held) = &self.held {
@@ -194,16 +290,20 @@ impl LockGuard {
         let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
         let lease_ms = crate::acquire::lease_millis(&self.key, lease)?;
         let masters = &held.client.inner.masters;
-        let sent_at = Instant::now();
-        let extended = masters
-            .extend(&self.key, &held.owner, lease_ms)
-            .await
-            .map_err(|error| error.into_lock_error(&self.key, masters))?;
+        let update = held.state.begin_update(masters.validity(lease));
+        let extended = match masters.extend(&self.key, &held.owner, lease_ms).await {
+            Ok(extended) => extended,
+            Err(error) => {
+                update.unknown();
+                return Err(error.into_lock_error(&self.key, masters));
+            }
+        };
         if extended {
-            held.state.extend_from(sent_at, masters.validity(lease));
+            update.confirmed();
             tracing::debug!(key = %self.key, ?lease, "redlock.extend");
             Ok(())
         } else {
+            update.unknown();
             held.state.mark_lost();
             tracing::warn!(key = %self.key, "redlock.lost: extend found the lock gone");
             Err(self.lost_error())
@@ -244,14 +344,15 @@ impl Held {
             .and_then(|least| least.checked_sub(acquired_at.elapsed()))
             .map(|rest| rest.as_millis().max(1) as u64)
             .unwrap_or(0);
-        // If this future is dropped before Redis has answered, release in the background.
-        let mut unfinished = UnfinishedRelease {
-            client: &client,
-            key,
-            owner: &owner,
-            keep,
-            armed: true,
-        };
+        // If this future is dropped before Redis has answered, release in the background
+        // (compare-and-delete: harmless if it was done).
+        let unfinished = SpawnOnDrop::new({
+            let (client, key, owner) = (client.clone(), key.to_owned(), owner.clone());
+            async move {
+                let outcome = client.inner.masters.release(&key, &owner, keep).await;
+                tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
+            }
+        });
         let masters = &client.inner.masters;
         // With a waiter of this client in line, pass the lock on in its acquire script
         // (see `queue`); otherwise, or if it does not pick it up, release in Redis.
@@ -276,7 +377,7 @@ impl Held {
                 .map(|ours| ours || !state.lease_ran_out()),
             Some(HandOffOutcome::NotTaken) | None => masters.release(key, &owner, keep).await,
         };
-        unfinished.armed = false;
+        unfinished.disarm();
         // Only now may this client's next waiter try: Redis has processed the release.
         drop(turn);
         state.mark_lost();
@@ -296,33 +397,6 @@ impl Held {
             }
             Err(error) => Err(error.into_lock_error(key, masters)),
         }
-    }
-}
-
-/// Armed while a release has not been answered; dropped armed (the release future was
-/// cancelled), it releases in the background: compare-and-delete, harmless if done.
-struct UnfinishedRelease<'a> {
-    client: &'a LockClient,
-    key: &'a str,
-    owner: &'a str,
-    keep: u64,
-    armed: bool,
-}
-
-impl Drop for UnfinishedRelease<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.client.clone();
-        let (key, owner, keep) = (self.key.to_owned(), self.owner.to_owned(), self.keep);
-        runtime.spawn(async move {
-            let outcome = client.inner.masters.release(&key, &owner, keep).await;
-            tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
-        });
     }
 }
 

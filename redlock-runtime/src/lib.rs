@@ -59,6 +59,7 @@
 //! A client's connections and its watchdog live in the tokio runtime that created it.
 
 mod acquire;
+mod cleanup;
 mod client;
 mod connection;
 mod error;
@@ -73,7 +74,7 @@ mod sentinel;
 mod watchdog;
 
 pub use acquire::LockRequest;
-pub use client::{DEFAULT_URL, LockClient, LockClientBuilder, MAX_KEY_LEN};
+pub use client::{DEFAULT_MAX_LEASE, DEFAULT_URL, LockClient, LockClientBuilder, MAX_KEY_LEN};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use macro_support::{CurrentLock, current_lock, default_client, set_default_client};

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::guard::LockState;
 
 tokio::task_local! {
     static HELD: Arc<HeldLock>;
@@ -25,15 +26,35 @@ struct HeldLock {
     client_id: u64,
     key: String,
     fencing_token: u64,
+    state: Option<Arc<LockState>>,
     outer: Option<Arc<HeldLock>>,
 }
 
 /// The innermost lock held by the annotated function this code runs in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct CurrentLock {
     key: String,
     fencing_token: u64,
+    state: Option<Arc<LockState>>,
 }
+
+impl std::fmt::Debug for CurrentLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CurrentLock")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl PartialEq for CurrentLock {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.fencing_token == other.fencing_token
+    }
+}
+
+impl Eq for CurrentLock {}
 
 impl CurrentLock {
     pub fn key(&self) -> &str {
@@ -44,6 +65,12 @@ impl CurrentLock {
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
+
+    /// True once the lock is known gone (found missing by the watchdog or `extend`),
+    /// or its lease may have run out: writes made now must rely on the fencing token.
+    pub fn is_lost(&self) -> bool {
+        self.state.as_ref().is_none_or(|state| state.is_lost())
+    }
 }
 
 /// The lock of the innermost `#[distributed_lock]` call around this code, if any.
@@ -51,6 +78,7 @@ pub fn current_lock() -> Option<CurrentLock> {
     HELD.try_with(|held| CurrentLock {
         key: held.key.clone(),
         fencing_token: held.fencing_token,
+        state: held.state.clone(),
     })
     .ok()
 }
@@ -156,6 +184,7 @@ where
         client_id: client.id(),
         key,
         fencing_token: guard.fencing_token(),
+        state: guard.state(),
         outer,
     });
     let body = HELD.scope(held, body);
@@ -173,14 +202,20 @@ where
     } else {
         body.await
     };
+    // The body ran to its end: its result stands, whatever the release finds. A
+    // caller must be able to tell that the work was done (a charge made, a draw held):
+    // returning `Lost` now would invite a retry that does it twice.
+    let (key, fencing_token) = (guard.key().to_owned(), guard.fencing_token());
     match guard.release().await {
-        Ok(()) => result,
-        Err(error @ LockError::Lost { .. }) if spec.abort_on_lost => Err(error.into()),
-        Err(error) => {
-            // "continue" mode, or Redis unreachable: the body's result stands; a lock we
-            // could not release runs out with its lease.
-            tracing::warn!(%error, "redlock: the release after the body failed");
-            result
-        }
+        Ok(()) => {}
+        Err(LockError::Lost { .. }) => tracing::warn!(
+            %key,
+            fencing_token,
+            "redlock.lost: the lock was gone when the body completed (lease ran out, or the key was \
+             deleted or taken); the body's result is returned, writes it made relied on the fencing token"
+        ),
+        // Redis unreachable: a lock we could not release runs out with its lease.
+        Err(error) => tracing::warn!(%error, "redlock: the release after the body failed"),
     }
+    result
 }

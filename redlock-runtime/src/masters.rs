@@ -2,33 +2,39 @@
 //!
 //! One server is the common case and takes the direct path: one script call per
 //! operation. With N independent masters (RedLock) every operation goes to all N in
-//! parallel, each bounded by a per-node timeout, and succeeds only on a majority.
+//! parallel, each bounded by a per-node timeout, and is decided by a majority.
 //!
 //! ## RedLock, as done here
-//! - **Acquire** asks all N (not just the first majority to answer, so that a master
-//!   restarted empty cannot make a minority look like a majority), and succeeds with a
-//!   majority and a validity of `lease − elapsed − drift` above zero, where
-//!   `drift = 0.01 × lease + 2 ms`. On failure it releases on every master, answered or
-//!   not, before retrying or returning.
-//! - **Fencing**: each master returns its own next token; the largest is chosen and
-//!   written back to the majority that granted the lock before the guard is handed out.
-//!   Any later acquisition's majority shares at least one master with that one, whose
-//!   counter is already at least the chosen token, so the later token is larger.
-//!   This holds as long as that shared master did not lose its counter (restart without
-//!   persistence); the server-clock floor of every counter (see `scripts`) covers that
-//!   case too unless the masters' clocks disagree by more than the time between the
-//!   two acquisitions. Single-server mode has no such assumption.
-//! - **Renew, extend, release** succeed when a majority confirms; masters that do not
-//!   answer are left to expire.
+//! - **Acquire** asks all N and succeeds with a majority of *votes* and a validity of
+//!   `lease − elapsed − drift` above zero, where `drift = 0.01 × lease + 2 ms`. It is
+//!   decided as soon as the answers so far settle it: a master that hangs (no refusal,
+//!   just silence) costs nothing once a majority has answered. A master counts as a
+//!   vote only if its Redis process has vouched for its data for at least `max_lease`
+//!   (see [`Boot`]): one that restarted, empty or from a stale snapshot, may have
+//!   forgotten a lock that still runs, and stays out until every such lock has
+//!   expired. On failure the attempt is undone on every master in the background
+//!   (after the slow ones have answered), before retrying or returning.
+//! - **Fencing**: each master returns its own next token (never below its clock in
+//!   µs: see `scripts`); the largest is chosen and written back to a majority of the
+//!   voters before the guard is handed out. Any later acquisition's majority shares a
+//!   master with that one; unless that master lost its counter meanwhile, its counter
+//!   is already at least the chosen token, so the later token is larger. A master that
+//!   lost its counter restarted, and so issues tokens from its clock: larger as long as
+//!   the masters' clocks agree to within the time the restart took (at least the
+//!   restart quarantine, since it could not vote before).
+//! - **Renew, extend, release** are decided by a majority too (confirmed, or denied);
+//!   masters that have not answered then finish in the background.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::client::ClientConfig;
 use crate::error::LockError;
-use crate::node::{Attempt, Node, Waiter};
+use crate::node::{Attempt, AttemptRequest, Boot, Node, Waiter};
 
 /// The outcome of one acquisition attempt over every master.
 pub(crate) enum Outcome {
@@ -51,29 +57,34 @@ pub(crate) enum Outcome {
     NotALock {
         found: String,
     },
+    /// Fewer than a majority of voting masters answered.
     NoQuorum {
         reached: usize,
     },
 }
 
 pub(crate) struct Masters {
-    nodes: Vec<Node>,
+    nodes: Vec<Arc<Node>>,
     node_timeout: Option<Duration>,
     response_timeout: Duration,
     confirm_replicas: Option<(usize, Duration)>,
+    /// RedLock: how long a restarted master stays out of the vote, in whole seconds.
+    quarantine_secs: u64,
 }
 
 impl Masters {
     pub(crate) fn new(nodes: Vec<Node>, config: &ClientConfig) -> Self {
+        let max_lease = config.max_lease();
         Masters {
-            nodes,
+            nodes: nodes.into_iter().map(Arc::new).collect(),
             node_timeout: config.node_timeout,
             response_timeout: config.response_timeout,
             confirm_replicas: config.confirm_replicas,
+            quarantine_secs: max_lease.as_secs() + u64::from(max_lease.subsec_nanos() > 0),
         }
     }
 
-    pub(crate) fn nodes(&self) -> &[Node] {
+    pub(crate) fn nodes(&self) -> &[Arc<Node>] {
         &self.nodes
     }
 
@@ -94,6 +105,11 @@ impl Masters {
         self.is_single()
     }
 
+    /// The longest lease a lock may have here (RedLock only; see `max_lease`).
+    pub(crate) fn max_lease(&self) -> Option<Duration> {
+        (!self.is_single()).then(|| Duration::from_secs(self.quarantine_secs))
+    }
+
     /// Takes a waiter that gave up out of `key`'s queue.
     pub(crate) async fn leave_queue(&self, key: &str, waiter_id: &str) {
         if let [node] = self.nodes.as_slice()
@@ -104,7 +120,7 @@ impl Masters {
     }
 
     pub(crate) fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        quorum_of(self.nodes.len())
     }
 
     /// How long a lease of `lease` is surely ours, counted from before the acquire was
@@ -118,8 +134,11 @@ impl Masters {
     }
 
     fn node_timeout(&self, lease: Duration) -> Duration {
-        self.node_timeout
-            .unwrap_or_else(|| (lease / 10).clamp(Duration::from_millis(50), self.response_timeout))
+        self.node_timeout.unwrap_or_else(|| {
+            (lease / 10)
+                .max(Duration::from_millis(50))
+                .min(self.response_timeout)
+        })
     }
 
     /// One attempt on every master.
@@ -133,101 +152,200 @@ impl Masters {
         waiter: Option<Waiter<'_>>,
     ) -> redis::RedisResult<Outcome> {
         if let [node] = self.nodes.as_slice() {
-            return Ok(
-                match node
-                    .acquire(key, owner, lease_ms, previous_owner, waiter)
-                    .await?
-                {
+            let request = AttemptRequest {
+                key,
+                owner,
+                lease_ms,
+                previous_owner,
+                waiter,
+                quarantine_secs: None,
+            };
+            return Ok(match self.confirm_replicas {
+                None => match node.acquire(&request).await?.0 {
                     Attempt::Acquired {
-                        token: fencing_token,
+                        token,
                         released_previous,
-                    } => match self.confirm_replicas {
-                        None => Outcome::Acquired {
-                            fencing_token,
-                            released_previous,
-                        },
-                        Some((needed, timeout)) => {
-                            let confirmed = node.confirm_replicas(needed, timeout).await;
-                            match confirmed {
-                                Ok(confirmed) if confirmed >= needed => Outcome::Acquired {
-                                    fencing_token,
-                                    released_previous,
-                                },
-                                other => {
-                                    node.release(key, owner, 0).await.ok();
-                                    Outcome::NotReplicated {
-                                        confirmed: other?,
-                                        needed,
-                                    }
-                                }
-                            }
-                        }
+                    } => Outcome::Acquired {
+                        fencing_token: token,
+                        released_previous,
                     },
                     Attempt::Held { ttl } => Outcome::Held { ttl, split: false },
                     Attempt::NotALock { found } => Outcome::NotALock { found },
                 },
-            );
+                Some((needed, timeout)) => {
+                    match node.acquire_confirmed(&request, needed, timeout).await? {
+                        (Attempt::Acquired { token, .. }, _, confirmed) if confirmed >= needed => {
+                            Outcome::Acquired {
+                                fencing_token: token,
+                                released_previous: false,
+                            }
+                        }
+                        (Attempt::Acquired { .. }, _, confirmed) => {
+                            node.release(key, owner, 0).await.ok();
+                            Outcome::NotReplicated { confirmed, needed }
+                        }
+                        (Attempt::Held { ttl }, _, _) => Outcome::Held { ttl, split: false },
+                        (Attempt::NotALock { found }, _, _) => Outcome::NotALock { found },
+                    }
+                }
+            });
         }
         let sent_at = Instant::now();
         let limit = self.node_timeout(lease);
-        let replies = join_all(self.nodes.iter().map(|node| {
-            tokio::time::timeout(limit, node.acquire(key, owner, lease_ms, None, None))
-        }))
-        .await;
-        let mut granted = Vec::new();
-        let mut ttl: Option<Duration> = None;
-        let mut found = None;
-        let mut answered = 0;
-        for (index, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Ok(Ok(Attempt::Acquired { token, .. })) => {
-                    answered += 1;
-                    granted.push((index, token));
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let node = node.clone();
+                let (key, owner) = (key.to_owned(), owner.to_owned());
+                let quarantine_secs = Some(self.quarantine_secs);
+                async move {
+                    let request = AttemptRequest {
+                        key: &key,
+                        owner: &owner,
+                        lease_ms,
+                        previous_owner: None,
+                        waiter: None,
+                        quarantine_secs,
+                    };
+                    let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
+                    (index, reply.ok().and_then(Result::ok))
                 }
-                Ok(Ok(Attempt::Held { ttl: held })) => {
-                    answered += 1;
-                    ttl = Some(ttl.map_or(held, |t| t.min(held)));
+            })
+            .collect();
+        let mut tally = Tally::new(self.nodes.len());
+        let decision = loop {
+            if let Some(decision) = tally.decision() {
+                break decision;
+            }
+            match pending.next().await {
+                Some((index, reply)) => {
+                    if reply.is_none() {
+                        tracing::debug!(node = %self.nodes[index].url, "redlock: no answer from a master");
+                    }
+                    tally.record(index, reply);
                 }
-                Ok(Ok(Attempt::NotALock { found: what })) => {
-                    answered += 1;
-                    found = Some(what);
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(node = %self.nodes[index].url, %error, "redlock: acquire failed on a master")
-                }
-                Err(_) => {
-                    tracing::debug!(node = %self.nodes[index].url, "redlock: acquire timed out on a master")
+                None => break Decision::Lost,
+            }
+        };
+        let won = match decision {
+            Decision::Won { voters, adopt } if sent_at.elapsed() < self.validity(lease) => {
+                let fencing_token = voters.iter().map(|(_, token)| *token).max().unwrap_or(0);
+                let adopt = if adopt { tally.run_ids() } else { Vec::new() };
+                if self
+                    .write_back(key, fencing_token, &voters, &adopt, limit)
+                    .await
+                    && sent_at.elapsed() < self.validity(lease)
+                {
+                    Some(fencing_token)
+                } else {
+                    None
                 }
             }
-        }
-        if granted.len() >= self.quorum() && sent_at.elapsed() < self.validity(lease) {
-            let fencing_token = granted.iter().map(|(_, token)| *token).max().unwrap_or(0);
-            let raised = join_all(granted.iter().map(|(index, _)| {
-                tokio::time::timeout(limit, self.nodes[*index].raise_fence(key, fencing_token))
-            }))
-            .await
-            .into_iter()
-            .filter(|raised| matches!(raised, Ok(Ok(()))))
-            .count();
-            if raised >= self.quorum() && sent_at.elapsed() < self.validity(lease) {
-                return Ok(Outcome::Acquired {
+            _ => None,
+        };
+        match won {
+            Some(fencing_token) => {
+                // Masters still to answer may grant us too; the release cleans them up.
+                self.finish_in_background(pending, None);
+                Ok(Outcome::Acquired {
                     fencing_token,
                     released_previous: false,
-                });
+                })
+            }
+            None => {
+                // No valid majority: undo on every master, the silent ones once they answer.
+                self.finish_in_background(pending, Some((key.to_owned(), owner.to_owned())));
+                tally.warn_of_quarantine(&self.nodes, self.quarantine_secs);
+                Ok(tally.failure(self.quorum()))
             }
         }
-        // No valid majority: undo on every master, including those that did not answer.
-        self.release(key, owner, 0).await.ok();
-        Ok(if let Some(found) = found {
-            Outcome::NotALock { found }
-        } else if answered < self.quorum() {
-            Outcome::NoQuorum { reached: answered }
-        } else {
-            Outcome::Held {
-                ttl: ttl.unwrap_or(Duration::ZERO),
-                split: !granted.is_empty(),
+    }
+
+    /// Writes the chosen token back to the voters (and, for a fresh deployment, marks
+    /// them as vouching for their data); true once a majority has it.
+    async fn write_back(
+        &self,
+        key: &str,
+        token: u64,
+        voters: &[(usize, u64)],
+        adopt: &[(usize, String)],
+        limit: Duration,
+    ) -> bool {
+        let mut raising: FuturesUnordered<_> = voters
+            .iter()
+            .map(|(index, _)| {
+                let node = self.nodes[*index].clone();
+                let key = key.to_owned();
+                let run_id = adopt
+                    .iter()
+                    .find(|(master, _)| master == index)
+                    .map(|(_, run_id)| run_id.clone());
+                async move {
+                    let raised = node.raise_fence(&key, token, run_id.as_deref());
+                    matches!(tokio::time::timeout(limit, raised).await, Ok(Ok(())))
+                }
+            })
+            .collect();
+        let (mut raised, mut left) = (0, voters.len());
+        while raised < self.quorum() && raised + left >= self.quorum() {
+            match raising.next().await {
+                Some(ok) => {
+                    left -= 1;
+                    raised += usize::from(ok);
+                }
+                None => break,
             }
-        })
+        }
+        if !raising.is_empty() {
+            tokio::spawn(async move { while raising.next().await.is_some() {} });
+        }
+        raised >= self.quorum()
+    }
+
+    /// Lets the attempts still under way finish in a task of their own; with `undo`,
+    /// then releases `(key, owner)` on every master (compare-and-delete: harmless where
+    /// nothing was taken).
+    fn finish_in_background<F>(
+        &self,
+        mut pending: FuturesUnordered<F>,
+        undo: Option<(String, String)>,
+    ) where
+        F: Future + Send + 'static,
+    {
+        if pending.is_empty() && undo.is_none() {
+            return;
+        }
+        let nodes = self.nodes.clone();
+        let response_timeout = self.response_timeout;
+        tokio::spawn(async move {
+            let everywhere = |key: String, owner: String| {
+                let nodes = nodes.clone();
+                async move {
+                    futures_util::future::join_all(nodes.iter().map(|node| {
+                        tokio::time::timeout(response_timeout, node.release(&key, &owner, 0))
+                    }))
+                    .await;
+                }
+            };
+            match undo {
+                Some((key, owner)) => {
+                    // At once where the masters answered (others may be waiting for the
+                    // key), and again once the silent ones have run the attempt.
+                    let now = everywhere(key.clone(), owner.clone());
+                    let later = async {
+                        let straggled = !pending.is_empty();
+                        while pending.next().await.is_some() {}
+                        if straggled {
+                            everywhere(key, owner).await;
+                        }
+                    };
+                    futures_util::future::join(now, later).await;
+                }
+                None => while pending.next().await.is_some() {},
+            }
+        });
     }
 
     /// Releases everywhere. `Ok(true)` when a majority deleted or kept it as ours,
@@ -238,8 +356,15 @@ impl Masters {
         owner: &str,
         keep_ms: u64,
     ) -> Result<bool, QuorumError> {
-        self.on_every_master(|node| node.release(key, owner, keep_ms))
-            .await
+        if let [node] = self.nodes.as_slice() {
+            return confirmed(node.release(key, owner, keep_ms).await);
+        }
+        let (key, owner) = (Arc::<str>::from(key), Arc::<str>::from(owner));
+        self.on_every_master(move |node| {
+            let (key, owner) = (key.clone(), owner.clone());
+            async move { node.release(&key, &owner, keep_ms).await }
+        })
+        .await
     }
 
     /// Extends everywhere; same answers as [`Masters::release`].
@@ -249,82 +374,299 @@ impl Masters {
         owner: &str,
         lease_ms: u64,
     ) -> Result<bool, QuorumError> {
-        self.on_every_master(|node| node.extend(key, owner, lease_ms))
-            .await
+        if let [node] = self.nodes.as_slice() {
+            return confirmed(node.extend(key, owner, lease_ms).await);
+        }
+        let (key, owner) = (Arc::<str>::from(key), Arc::<str>::from(owner));
+        self.on_every_master(move |node| {
+            let (key, owner) = (key.clone(), owner.clone());
+            async move { node.extend(&key, &owner, lease_ms).await }
+        })
+        .await
     }
 
-    async fn on_every_master<'a, F, Fut>(&'a self, operation: F) -> Result<bool, QuorumError>
+    /// Runs `operation` on every master in tasks of their own, and answers as soon as
+    /// a majority has confirmed, or denied; the others finish in the background.
+    async fn on_every_master<F, Fut>(&self, operation: F) -> Result<bool, QuorumError>
     where
-        F: Fn(&'a Node) -> Fut,
-        Fut: Future<Output = redis::RedisResult<i64>>,
+        F: Fn(Arc<Node>) -> Fut,
+        Fut: Future<Output = redis::RedisResult<i64>> + Send + 'static,
     {
-        if let [node] = self.nodes.as_slice() {
-            return operation(node)
-                .await
-                .map(|confirmed| confirmed > 0)
-                .map_err(QuorumError::Redis);
-        }
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| tokio::time::timeout(self.response_timeout, operation(node))),
-        )
-        .await;
-        let mut answered = 0;
-        let mut confirmed = 0;
-        for reply in replies.into_iter().flatten().flatten() {
-            answered += 1;
-            if reply > 0 {
-                confirmed += 1;
+        let mut replies: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                tokio::spawn(tokio::time::timeout(
+                    self.response_timeout,
+                    operation(node.clone()),
+                ))
+            })
+            .collect();
+        let mut count = MajorityCount::new(self.nodes.len());
+        while count.decided().is_none() {
+            match replies.next().await {
+                Some(Ok(Ok(Ok(reply)))) => count.answer(reply > 0),
+                Some(_) => count.silence(),
+                None => break,
             }
         }
-        if confirmed >= self.quorum() {
-            Ok(true)
-        } else if answered >= self.quorum() {
-            Ok(false)
-        } else {
-            Err(QuorumError::NoQuorum { reached: answered })
+        // Dropping the handles leaves the tasks running: the slow masters still get it.
+        match count.decided() {
+            Some(decided) => Ok(decided),
+            None => Err(QuorumError::NoQuorum {
+                reached: count.answered,
+            }),
         }
     }
 
     /// Renews `locks` on every master, one pipeline each; per lock, whether a majority
     /// renewed it (`Some(true)`), a majority said it is gone (`Some(false)`), or too few
-    /// masters answered to tell (`None`).
+    /// masters answered to tell (`None`). Answers once every lock is decided.
     pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease_ms: u64) -> Vec<Option<bool>> {
-        let replies =
-            join_all(self.nodes.iter().map(|node| {
-                tokio::time::timeout(self.response_timeout, node.renew(locks, lease_ms))
-            }))
-            .await;
-        let mut answered = 0;
-        let mut renewed = vec![0usize; locks.len()];
-        for reply in replies {
-            match reply {
-                Ok(Ok(per_lock)) if per_lock.len() == locks.len() => {
-                    answered += 1;
-                    for (count, one) in renewed.iter_mut().zip(per_lock) {
-                        if one == 1 {
-                            *count += 1;
-                        }
+        let shared: Arc<Vec<(String, String)>> = Arc::new(
+            locks
+                .iter()
+                .map(|(key, owner)| (key.to_string(), owner.to_string()))
+                .collect(),
+        );
+        let mut replies: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let node = node.clone();
+                let locks = shared.clone();
+                tokio::spawn(tokio::time::timeout(self.response_timeout, async move {
+                    let pairs: Vec<(&str, &str)> = locks
+                        .iter()
+                        .map(|(key, owner)| (key.as_str(), owner.as_str()))
+                        .collect();
+                    node.renew(&pairs, lease_ms).await
+                }))
+            })
+            .collect();
+        let mut counts: Vec<MajorityCount> =
+            vec![MajorityCount::new(self.nodes.len()); locks.len()];
+        while counts.iter().any(|count| count.decided().is_none()) {
+            match replies.next().await {
+                Some(Ok(Ok(Ok(per_lock)))) if per_lock.len() == locks.len() => {
+                    for (count, one) in counts.iter_mut().zip(per_lock) {
+                        count.answer(one == 1);
                     }
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => tracing::warn!(%error, "redlock.renew failed on a master"),
-                Err(_) => tracing::warn!("redlock.renew timed out on a master"),
+                Some(reply) => {
+                    if let Ok(Ok(Err(error))) = &reply {
+                        tracing::warn!(%error, "redlock.renew failed on a master");
+                    } else {
+                        tracing::warn!("redlock.renew: no answer from a master");
+                    }
+                    counts.iter_mut().for_each(MajorityCount::silence);
+                }
+                None => break,
             }
         }
-        renewed
-            .into_iter()
-            .map(|count| {
-                if count >= self.quorum() {
-                    Some(true)
-                } else if answered >= self.quorum() {
-                    Some(false)
-                } else {
-                    None
-                }
+        counts.iter().map(MajorityCount::decided).collect()
+    }
+}
+
+fn quorum_of(masters: usize) -> usize {
+    masters / 2 + 1
+}
+
+fn confirmed(reply: redis::RedisResult<i64>) -> Result<bool, QuorumError> {
+    reply.map(|count| count > 0).map_err(QuorumError::Redis)
+}
+
+/// Confirmations and denials of one release, extend or renewal over N masters.
+#[derive(Debug, Clone)]
+struct MajorityCount {
+    masters: usize,
+    answered: usize,
+    confirmed: usize,
+    finished: usize,
+}
+
+impl MajorityCount {
+    fn new(masters: usize) -> Self {
+        MajorityCount {
+            masters,
+            answered: 0,
+            confirmed: 0,
+            finished: 0,
+        }
+    }
+
+    fn answer(&mut self, confirmed: bool) {
+        self.answered += 1;
+        self.finished += 1;
+        self.confirmed += usize::from(confirmed);
+    }
+
+    fn silence(&mut self) {
+        self.finished += 1;
+    }
+
+    /// `Some(true)`: a majority confirmed; `Some(false)`: a majority answered and the
+    /// rest can no longer make a majority confirm. `None`: not yet (or never) known.
+    fn decided(&self) -> Option<bool> {
+        let quorum = quorum_of(self.masters);
+        let outstanding = self.masters - self.finished;
+        if self.confirmed >= quorum {
+            Some(true)
+        } else if self.answered >= quorum && self.confirmed + outstanding < quorum {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+/// What one acquisition attempt's answers decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    /// A majority of voters granted it: `(master, its token)`; `adopt` for a fresh
+    /// deployment, whose masters are then marked as vouching for their data.
+    Won {
+        voters: Vec<(usize, u64)>,
+        adopt: bool,
+    },
+    Lost,
+}
+
+/// The answers of one acquisition attempt so far.
+#[derive(Debug)]
+struct Tally {
+    masters: usize,
+    finished: usize,
+    /// Masters that answered (any reply), with their restart status.
+    answers: Vec<(usize, Boot)>,
+    granted: Vec<(usize, u64, Boot)>,
+    ttl: Option<Duration>,
+    found: Option<String>,
+}
+
+impl Tally {
+    fn new(masters: usize) -> Self {
+        Tally {
+            masters,
+            finished: 0,
+            answers: Vec::new(),
+            granted: Vec::new(),
+            ttl: None,
+            found: None,
+        }
+    }
+
+    fn record(&mut self, index: usize, reply: Option<(Attempt, Boot)>) {
+        self.finished += 1;
+        let Some((attempt, boot)) = reply else {
+            return;
+        };
+        self.answers.push((index, boot.clone()));
+        match attempt {
+            Attempt::Acquired { token, .. } => self.granted.push((index, token, boot)),
+            Attempt::Held { ttl } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
+            Attempt::NotALock { found } => self.found = Some(found),
+        }
+    }
+
+    /// The `run_id` of each blank master that answered.
+    fn run_ids(&self) -> Vec<(usize, String)> {
+        self.answers
+            .iter()
+            .filter_map(|(index, boot)| match boot {
+                Boot::Blank(run_id) => Some((*index, run_id.clone())),
+                _ => None,
             })
             .collect()
+    }
+
+    fn votes(&self) -> Vec<(usize, u64)> {
+        self.granted
+            .iter()
+            .filter(|(_, _, boot)| *boot == Boot::Votes)
+            .map(|(index, token, _)| (*index, *token))
+            .collect()
+    }
+
+    /// Every answer so far says "blank": this may be a fresh deployment.
+    fn all_blank(&self) -> bool {
+        self.answers.len() == self.finished
+            && self
+                .answers
+                .iter()
+                .all(|(_, boot)| matches!(boot, Boot::Blank(_)))
+    }
+
+    fn decision(&self) -> Option<Decision> {
+        let quorum = quorum_of(self.masters);
+        let outstanding = self.masters - self.finished;
+        let votes = self.votes();
+        if votes.len() >= quorum {
+            return Some(Decision::Won {
+                voters: votes,
+                adopt: false,
+            });
+        }
+        if self.all_blank() {
+            // A fresh deployment needs every master's word that none holds any data.
+            if outstanding == 0 && self.granted.len() >= quorum {
+                return Some(Decision::Won {
+                    voters: self
+                        .granted
+                        .iter()
+                        .map(|(index, token, _)| (*index, *token))
+                        .collect(),
+                    adopt: true,
+                });
+            }
+            if self.granted.len() + outstanding >= quorum {
+                return None;
+            }
+        }
+        if votes.len() + outstanding >= quorum {
+            return None;
+        }
+        Some(Decision::Lost)
+    }
+
+    /// Why an attempt that did not win failed.
+    fn failure(&self, quorum: usize) -> Outcome {
+        if let Some(found) = &self.found {
+            return Outcome::NotALock {
+                found: found.clone(),
+            };
+        }
+        let voting = if self.all_blank() && self.finished == self.masters {
+            self.answers.len()
+        } else {
+            self.answers
+                .iter()
+                .filter(|(_, boot)| *boot == Boot::Votes)
+                .count()
+        };
+        // Decided early, the masters still to answer count as possible voters: the
+        // key is contended, not out of reach.
+        let outstanding = self.masters - self.finished;
+        if voting + outstanding < quorum {
+            return Outcome::NoQuorum { reached: voting };
+        }
+        Outcome::Held {
+            ttl: self.ttl.unwrap_or(Duration::ZERO),
+            split: !self.granted.is_empty(),
+        }
+    }
+
+    fn warn_of_quarantine(&self, nodes: &[Arc<Node>], quarantine_secs: u64) {
+        for (index, boot) in &self.answers {
+            if *boot != Boot::Votes && !self.all_blank() {
+                tracing::warn!(
+                    node = %nodes[*index].url,
+                    ?boot,
+                    quarantine_secs,
+                    "redlock: a master restarted less than max_lease ago; its vote counts once it has run that long"
+                );
+            }
+        }
     }
 }
 
@@ -344,5 +686,146 @@ impl QuorumError {
                 needed: masters.quorum(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted(token: u64) -> Option<(Attempt, Boot)> {
+        Some((
+            Attempt::Acquired {
+                token,
+                released_previous: false,
+            },
+            Boot::Votes,
+        ))
+    }
+
+    fn with(boot: Boot, reply: Option<(Attempt, Boot)>) -> Option<(Attempt, Boot)> {
+        reply.map(|(attempt, _)| (attempt, boot))
+    }
+
+    fn blank() -> Boot {
+        Boot::Blank("run".into())
+    }
+
+    fn held() -> Option<(Attempt, Boot)> {
+        Some((
+            Attempt::Held {
+                ttl: Duration::from_secs(1),
+            },
+            Boot::Votes,
+        ))
+    }
+
+    #[test]
+    fn a_majority_of_votes_wins_before_the_slow_masters_answer() {
+        let mut tally = Tally::new(5);
+        for (index, token) in [(0, 7), (1, 9)] {
+            tally.record(index, granted(token));
+            assert_eq!(tally.decision(), None);
+        }
+        tally.record(3, granted(8));
+        assert_eq!(
+            tally.decision(),
+            Some(Decision::Won {
+                voters: vec![(0, 7), (1, 9), (3, 8)],
+                adopt: false
+            })
+        );
+    }
+
+    #[test]
+    fn enough_refusals_decide_a_loss_without_the_rest() {
+        let mut tally = Tally::new(5);
+        tally.record(0, held());
+        tally.record(1, held());
+        assert_eq!(tally.decision(), None);
+        tally.record(2, held());
+        assert_eq!(tally.decision(), Some(Decision::Lost));
+        assert!(matches!(
+            tally.failure(3),
+            Outcome::Held { split: false, .. }
+        ));
+    }
+
+    #[test]
+    fn restarted_masters_do_not_vote() {
+        // The issue's sequence: 1 and 2 hold A's lock; 3, 4, 5 restarted empty.
+        let mut tally = Tally::new(5);
+        tally.record(0, held());
+        tally.record(1, held());
+        for index in 2..5 {
+            tally.record(index, with(blank(), granted(1)));
+        }
+        assert_eq!(tally.decision(), Some(Decision::Lost));
+        // Only two masters may vote at all: out of reach until the quarantine ends.
+        assert!(matches!(tally.failure(3), Outcome::NoQuorum { reached: 2 }));
+        // Decided early, with masters still to answer, it is contention.
+        let mut tally = Tally::new(5);
+        tally.record(0, held());
+        tally.record(2, with(blank(), granted(1)));
+        tally.record(3, with(blank(), granted(1)));
+        assert_eq!(tally.decision(), Some(Decision::Lost));
+        assert!(matches!(tally.failure(3), Outcome::Held { split: true, .. }));
+        // Same with the two holders silent: the blank three are not a fresh deployment.
+        let mut tally = Tally::new(5);
+        for index in 2..5 {
+            tally.record(index, with(blank(), granted(1)));
+        }
+        assert_eq!(tally.decision(), None, "must wait for the others' word");
+        tally.record(0, None);
+        tally.record(1, None);
+        assert_eq!(tally.decision(), Some(Decision::Lost));
+        // A master restarted from a stale snapshot does not vote either.
+        let mut tally = Tally::new(3);
+        tally.record(0, granted(5));
+        tally.record(1, with(Boot::Restarted, granted(6)));
+        tally.record(2, held());
+        assert_eq!(tally.decision(), Some(Decision::Lost));
+    }
+
+    #[test]
+    fn a_fresh_deployment_votes_when_every_master_says_so() {
+        let mut tally = Tally::new(3);
+        tally.record(0, with(blank(), granted(5)));
+        tally.record(1, with(blank(), granted(6)));
+        assert_eq!(tally.decision(), None);
+        tally.record(2, with(blank(), granted(4)));
+        assert_eq!(
+            tally.decision(),
+            Some(Decision::Won {
+                voters: vec![(0, 5), (1, 6), (2, 4)],
+                adopt: true
+            })
+        );
+    }
+
+    #[test]
+    fn releases_are_decided_by_a_majority_of_answers() {
+        let mut count = MajorityCount::new(5);
+        count.answer(true);
+        count.answer(true);
+        assert_eq!(count.decided(), None);
+        count.answer(true);
+        assert_eq!(count.decided(), Some(true));
+        let mut count = MajorityCount::new(5);
+        count.answer(false);
+        count.answer(false);
+        count.answer(true);
+        assert_eq!(
+            count.decided(),
+            None,
+            "two silent masters could still confirm"
+        );
+        count.answer(false);
+        assert_eq!(count.decided(), Some(false));
+        let mut count = MajorityCount::new(3);
+        count.silence();
+        count.silence();
+        count.answer(true);
+        assert_eq!(count.decided(), None);
     }
 }

@@ -1,11 +1,14 @@
 //! One Redis server: its connection, its release notifications, and each lock
 //! operation as one script call on it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ProtocolVersion, RedisResult, Value};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::{AsyncConnectionConfig, ProtocolVersion, RedisResult, Value};
+use tokio::time::Instant;
 
 use crate::client::ClientConfig;
 use crate::connection::{Connection, slot_of};
@@ -29,12 +32,32 @@ pub(crate) enum Attempt {
     },
 }
 
+/// How a RedLock master's process relates to the data it serves (see
+/// `scripts::ACQUIRE`): may its answer count toward a majority?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Boot {
+    /// Its process has vouched for its data since at least the quarantine (or no
+    /// check was asked for): it votes.
+    Votes,
+    /// It started less than the quarantine ago and has no marker: a master that has
+    /// never served a lock, or one that lost everything. Votes only when every master
+    /// of the client answers so (a fresh deployment). Carries its process's `run_id`.
+    Blank(String),
+    /// It started less than the quarantine ago with another process's marker:
+    /// restarted from a snapshot or AOF that may miss recent locks. Does not vote.
+    Restarted,
+}
+
 /// A connection to one Redis server, shared by every lock of a client.
 pub(crate) struct Node {
     pub(crate) url: String,
     connection: Connection,
     notifications: Arc<ReleaseNotifications>,
     queueing: Queueing,
+    response_timeout: Duration,
+    /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
+    /// connection it is sent on.
+    confirming: Option<Confirming>,
 }
 
 /// Timings of the queue of waiting clients (see `scripts::ACQUIRE`).
@@ -83,6 +106,7 @@ impl Node {
         let redis_client = redis::Client::open(info).map_err(connect_error)?;
         let handler = notify::push_handler();
         let manager_config = manager_config(config, &handler);
+        let mut reachable = true;
         let connection =
             match ConnectionManager::new_with_config(redis_client.clone(), manager_config.clone())
                 .await
@@ -90,20 +114,27 @@ impl Node {
                 Ok(connection) => connection,
                 // A RedLock master that is down now: keep trying it on every use.
                 Err(error) if lazy_on_failure => {
+                    reachable = false;
                     tracing::warn!(%url, %error, "redlock: a master is unreachable; will retry it");
-                    ConnectionManager::new_lazy_with_config(redis_client, manager_config)
+                    ConnectionManager::new_lazy_with_config(redis_client.clone(), manager_config)
                         .map_err(connect_error)?
                 }
                 Err(error) => return Err(connect_error(error)),
             };
         let connection = Connection::Server(connection);
         let notifications = ReleaseNotifications::start(connection.clone(), &handler);
-        Ok(Node {
+        let node = Node {
             url,
             connection,
             notifications,
             queueing: Queueing::from_config(config),
-        })
+            response_timeout: config.response_timeout,
+            confirming: Confirming::new(config, Primary::Server(redis_client)),
+        };
+        if reachable {
+            node.check_eviction_policy().await;
+        }
+        Ok(node)
     }
 
     /// Connects to a Redis Cluster through its seed nodes (RESP3, sharded pub/sub);
@@ -136,12 +167,16 @@ impl Node {
             .map_err(connect_error)?;
         let connection = Connection::Cluster(connection);
         let notifications = ReleaseNotifications::start(connection.clone(), &handler);
-        Ok(Node {
+        let node = Node {
             url,
             connection,
             notifications,
             queueing: Queueing::from_config(config),
-        })
+            response_timeout: config.response_timeout,
+            confirming: None,
+        };
+        node.check_eviction_policy().await;
+        Ok(node)
     }
 
     /// Connects to the primary the sentinels name for `service`, following failovers.
@@ -170,33 +205,82 @@ impl Node {
         })?;
         let connection = Connection::Sentinel(sentinel.clone());
         let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+        let confirming = Confirming::new(config, Primary::Sentinel(sentinel.clone()));
         let moved = Arc::downgrade(&notifications);
         sentinel.on_switch(Box::new(move || {
             if let Some(notifications) = moved.upgrade() {
                 notifications.connection_moved();
             }
         }));
-        Ok(Node {
+        let node = Node {
             url,
             connection,
             notifications,
             queueing: Queueing::from_config(config),
-        })
+            response_timeout: config.response_timeout,
+            confirming,
+        };
+        node.check_eviction_policy().await;
+        Ok(node)
     }
 
-    /// Blocks until `replicas` replicas have every write of this connection so far
-    /// (Redis `WAIT`), at most `timeout`; returns how many confirmed.
-    pub(crate) async fn confirm_replicas(
+    /// Warns when the server may evict keys under memory pressure: a held lock would
+    /// silently vanish. Servers that refuse `CONFIG GET` (managed Redis, ACLs) are
+    /// left unchecked.
+    pub(crate) async fn check_eviction_policy(&self) {
+        let mut connection = self.connection.clone();
+        let asked = tokio::time::timeout(
+            self.response_timeout,
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory-policy")
+                .query_async::<Value>(&mut connection),
+        )
+        .await;
+        let Ok(Ok(reply)) = asked else {
+            return;
+        };
+        if let Some(policy) = eviction_policy(&reply)
+            && policy != "noeviction"
+        {
+            tracing::warn!(
+                url = %self.url,
+                %policy,
+                "redlock: the server's maxmemory-policy is `{policy}`, which can evict a held lock; \
+                 locks need `maxmemory-policy noeviction`"
+            );
+        }
+    }
+
+    /// Runs the acquire script and then `WAIT` on a connection of their own (the one
+    /// `WAIT` counts the script's write on, and blocks), so that other locks' traffic
+    /// goes on meanwhile. The connection never follows a failover between the two: a
+    /// newly promoted primary would confirm a write it never had.
+    /// Returns the attempt and, when acquired, how many replicas confirmed it.
+    pub(crate) async fn acquire_confirmed(
         &self,
+        request: &AttemptRequest<'_>,
         replicas: usize,
         timeout: Duration,
-    ) -> RedisResult<usize> {
-        let mut connection = self.connection.clone();
-        redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(timeout.as_millis() as u64)
-            .query_async(&mut connection)
-            .await
+    ) -> RedisResult<(Attempt, Boot, usize)> {
+        let Some(confirming) = &self.confirming else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "replica confirmation is not available for this kind of server",
+            )));
+        };
+        let (generation, mut connection) = confirming.checkout().await?;
+        let (attempt, boot) = self.attempt_on(&mut connection, request).await?;
+        let mut confirmed = 0;
+        if matches!(attempt, Attempt::Acquired { .. }) {
+            confirmed = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis() as u64)
+                .query_async(&mut connection)
+                .await?;
+        }
+        confirming.checkin(generation, connection);
+        Ok((attempt, boot, confirmed))
     }
 
     /// Registers interest in `key`'s releases on this server.
@@ -214,37 +298,38 @@ impl Node {
             .listen(self.connection.release_channel(key), waiter_id, since)
     }
 
-    /// One run of the acquire script. If this future is dropped while Redis may have
-    /// run the script, the lock it may hold is released in the background.
+    /// One run of the acquire script. If this future is dropped or fails while Redis
+    /// may have run the script, the caller cleans up (see `acquire`).
     pub(crate) async fn acquire(
         &self,
-        key: &str,
-        owner: &str,
-        lease_ms: u64,
-        previous_owner: Option<&str>,
-        waiter: Option<Waiter<'_>>,
-    ) -> RedisResult<Attempt> {
-        let mut in_flight = InFlight {
-            connection: &self.connection,
-            key,
-            owner,
-            queueing: self.queueing,
-            armed: true,
-        };
+        request: &AttemptRequest<'_>,
+    ) -> RedisResult<(Attempt, Boot)> {
         let mut connection = self.connection.clone();
+        self.attempt_on(&mut connection, request).await
+    }
+
+    async fn attempt_on(
+        &self,
+        connection: &mut impl ConnectionLike,
+        request: &AttemptRequest<'_>,
+    ) -> RedisResult<(Attempt, Boot)> {
+        let key = request.key;
         let [queue, expiries] = self.connection.queue_keys(key);
-        // On an error the script may still have run before the reply was lost: the
-        // armed `in_flight` then releases whatever it took.
+        let boot_key = match request.quarantine_secs {
+            Some(_) => scripts::BOOT_KEY,
+            None => key,
+        };
         let reply: Vec<Value> = scripts::ACQUIRE
             .key(key)
             .key(self.connection.fence_key(key).as_ref())
             .key(queue)
             .key(expiries)
-            .arg(owner)
-            .arg(lease_ms)
-            .arg(previous_owner.unwrap_or(""))
-            .arg(waiter.map_or("", |waiter| waiter.id))
-            .arg(if waiter.is_some_and(|waiter| waiter.registered) {
+            .key(boot_key)
+            .arg(request.owner)
+            .arg(request.lease_ms)
+            .arg(request.previous_owner.unwrap_or(""))
+            .arg(request.waiter.map_or("", |waiter| waiter.id))
+            .arg(if request.waiter.is_some_and(|waiter| waiter.registered) {
                 "1"
             } else {
                 "0"
@@ -252,15 +337,23 @@ impl Node {
             .arg(self.queueing.registration_slack_ms)
             .arg(self.connection.release_channel(key))
             .arg(self.connection.publish_command())
-            .invoke_async(&mut connection)
+            .arg(
+                request
+                    .quarantine_secs
+                    .map(|secs| secs.to_string())
+                    .unwrap_or_default(),
+            )
+            .invoke_async(connection)
             .await?;
-        in_flight.armed = false;
         parse_attempt(reply)
     }
 
     /// Compare-and-delete (or keep for `keep_ms`): 1 deleted, 2 kept, 0 not ours.
     pub(crate) async fn release(&self, key: &str, owner: &str, keep_ms: u64) -> RedisResult<i64> {
-        release_on(self.connection.clone(), self.queueing, key, owner, keep_ms).await
+        while_slot_moves(self.response_timeout, || {
+            release_on(self.connection.clone(), self.queueing, key, owner, keep_ms)
+        })
+        .await
     }
 
     /// Takes a waiter that gave up out of `key`'s queue (passing on a reservation
@@ -284,21 +377,35 @@ impl Node {
 
     /// Compare-and-expire: 1 extended, 0 not ours.
     pub(crate) async fn extend(&self, key: &str, owner: &str, lease_ms: u64) -> RedisResult<i64> {
-        let mut connection = self.connection.clone();
-        scripts::EXTEND
-            .key(key)
-            .arg(owner)
-            .arg(lease_ms)
-            .invoke_async(&mut connection)
-            .await
+        while_slot_moves(self.response_timeout, || {
+            let mut connection = self.connection.clone();
+            async move {
+                scripts::EXTEND
+                    .key(key)
+                    .arg(owner)
+                    .arg(lease_ms)
+                    .invoke_async(&mut connection)
+                    .await
+            }
+        })
+        .await
     }
 
-    /// Raises the fencing counter of `key` on this server to at least `token`.
-    pub(crate) async fn raise_fence(&self, key: &str, token: u64) -> RedisResult<()> {
+    /// Raises the fencing counter of `key` on this server to at least `token`; with
+    /// `adopt`, also marks the master's process as vouching for its data, if it is
+    /// still the process with that `run_id`.
+    pub(crate) async fn raise_fence(
+        &self,
+        key: &str,
+        token: u64,
+        adopt: Option<&str>,
+    ) -> RedisResult<()> {
         let mut connection = self.connection.clone();
         scripts::RAISE_FENCE
             .key(self.connection.fence_key(key).as_ref())
+            .key(scripts::BOOT_KEY)
             .arg(token)
+            .arg(adopt.unwrap_or(""))
             .invoke_async(&mut connection)
             .await
     }
@@ -313,6 +420,13 @@ impl Node {
         if !self.connection.is_cluster() {
             return renew_pipeline(self.connection.clone(), locks, lease_ms).await;
         }
+        while_slot_moves(self.response_timeout, || {
+            self.renew_by_slot(locks, lease_ms)
+        })
+        .await
+    }
+
+    async fn renew_by_slot(&self, locks: &[(&str, &str)], lease_ms: u64) -> RedisResult<Vec<i64>> {
         let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
             std::collections::HashMap::new();
         for (index, (key, _)) in locks.iter().enumerate() {
@@ -409,7 +523,7 @@ async fn release_on(
         .await
 }
 
-fn parse_attempt(reply: Vec<Value>) -> RedisResult<Attempt> {
+fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
     let text = |value: &Value| match value {
         Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         Value::SimpleString(text) => text.clone(),
@@ -429,7 +543,19 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<Attempt> {
         ))
     };
     let value = reply.get(1);
-    match reply.first() {
+    // The master's restart status comes last: after the token and the hand-off flag
+    // when acquired, after the ttl or type otherwise.
+    let boot_at = if matches!(reply.first(), Some(Value::Int(1))) {
+        3
+    } else {
+        2
+    };
+    let boot = match reply.get(boot_at) {
+        Some(Value::Int(2)) => Boot::Restarted,
+        Some(Value::Int(_)) | None => Boot::Votes,
+        Some(run_id) => Boot::Blank(text(run_id)),
+    };
+    let attempt = match reply.first() {
         Some(Value::Int(1)) => {
             let token = number(value).ok_or_else(bad_reply)?;
             Ok(Attempt::Acquired {
@@ -446,34 +572,115 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<Attempt> {
             found: value.map(text).unwrap_or_default(),
         }),
         _ => Err(bad_reply()),
+    }?;
+    Ok((attempt, boot))
+}
+
+/// What one acquire script run asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttemptRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) lease_ms: u64,
+    /// A same-client holder handing the lock on (see `queue`).
+    pub(crate) previous_owner: Option<&'a str>,
+    /// Set for an attempt that will wait if it fails (it takes a place in the queue).
+    pub(crate) waiter: Option<Waiter<'a>>,
+    /// RedLock: the restart quarantine in whole seconds (see [`Boot`]).
+    pub(crate) quarantine_secs: Option<u64>,
+}
+
+/// Whether an error means the key's slot is moving between shards (resharding) or
+/// the cluster is re-electing: the same command succeeds a little later.
+pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
+    error.is_cluster_error()
+}
+
+/// Runs `operation` again while the key's slot moves, for at most `limit`.
+async fn while_slot_moves<T, F, Fut>(limit: Duration, mut operation: F) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match operation().await {
+            Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
+                tracing::debug!(%error, "redlock: the key's slot is moving; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
     }
 }
 
-/// Armed while an acquire script may have run without its reply having been read.
-struct InFlight<'a> {
-    connection: &'a Connection,
-    queueing: Queueing,
-    key: &'a str,
-    owner: &'a str,
-    armed: bool,
+/// The policy in a `CONFIG GET maxmemory-policy` reply (a map in RESP3, a flat array in RESP2).
+fn eviction_policy(reply: &Value) -> Option<String> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Map(pairs) => pairs.first().and_then(|(_, value)| text(value)),
+        Value::Array(items) => items.get(1).and_then(text),
+        _ => None,
+    }
 }
 
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+/// Where the connections for confirmed acquisitions go.
+enum Primary {
+    Server(redis::Client),
+    Sentinel(SentinelConnection),
+}
+
+/// Idle connections for confirmed acquisitions, each tagged with the primary's
+/// generation (a Sentinel failover makes older ones useless).
+struct Confirming {
+    primary: Primary,
+    config: AsyncConnectionConfig,
+    idle: Mutex<Vec<(u64, MultiplexedConnection)>>,
+}
+
+impl Confirming {
+    fn new(config: &ClientConfig, primary: Primary) -> Option<Self> {
+        let (_, wait) = config.confirm_replicas?;
+        Some(Confirming {
+            primary,
+            // The WAIT may block for its whole timeout, on top of the script.
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_response_timeout(Some(config.response_timeout + wait)),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    async fn checkout(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        let (generation, client) = match &self.primary {
+            Primary::Server(client) => (0, client.clone()),
+            Primary::Sentinel(sentinel) => sentinel.current_client(),
         };
-        let connection = self.connection.clone();
-        let queueing = self.queueing;
-        let key = self.key.to_owned();
-        let owner = self.owner.to_owned();
-        runtime.spawn(async move {
-            // Compare-and-delete: harmless if the attempt took nothing.
-            let outcome = release_on(connection, queueing, &key, &owner, 0).await;
-            tracing::debug!(%key, ?outcome, "redlock: cleaned up after an interrupted acquire");
-        });
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            idle.retain(|(tagged, _)| *tagged == generation);
+            idle.pop()
+        };
+        if let Some(found) = reused {
+            return Ok(found);
+        }
+        let connection = client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        Ok((generation, connection))
+    }
+
+    /// Keeps a connection that answered for the next confirmed acquisition.
+    fn checkin(&self, generation: u64, connection: MultiplexedConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < 16 {
+            idle.push((generation, connection));
+        }
     }
 }

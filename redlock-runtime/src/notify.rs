@@ -58,12 +58,19 @@ pub(crate) enum Release {
     ForAnother,
     /// A reserved key was taken: keep waiting.
     Taken,
+    /// The holder released early but keeps the key this much longer (`hold_at_least`):
+    /// try when that ends.
+    Kept(Duration),
 }
 
 impl Release {
     fn parse(payload: &[u8], ours: &[String]) -> Self {
         match payload {
             b"T" => Release::Taken,
+            [b'K', b':', rest @ ..] => std::str::from_utf8(rest)
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map_or(Release::Free, |ms| Release::Kept(Duration::from_millis(ms))),
             [b'R', b':', id @ ..] if ours.iter().any(|ours| ours.as_bytes() == id) => {
                 Release::ForUs
             }

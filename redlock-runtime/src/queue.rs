@@ -166,7 +166,25 @@ impl LocalQueues {
             guard: None,
         };
         let guard = if Instant::now() >= deadline {
-            turnstile.turn.clone().try_lock_owned().ok()
+            match turnstile.turn.clone().try_lock_owned() {
+                Ok(guard) => Some(guard),
+                Err(_) => {
+                    // A holder of this client whose lease ran out must not refuse a
+                    // try-lock by itself: its turn goes on, and Redis decides.
+                    let holder = turnstile
+                        .holder
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .upgrade();
+                    match holder {
+                        Some(holder) if holder.lease_ran_out() => {
+                            holder.hand_on_turn();
+                            turnstile.turn.clone().try_lock_owned().ok()
+                        }
+                        _ => None,
+                    }
+                }
+            }
         } else {
             let _waiting = Waiting::count(&turnstile);
             tokio::time::timeout_at(deadline, wait_for_turn(&turnstile))

@@ -7,21 +7,37 @@
 //! ## Fencing tokens
 //! One counter key, [`FENCE_KEY`], is shared by every lock of a Redis server (on a
 //! cluster, one per slot): the state fencing needs is bounded, however many lock names
-//! are ever used. Each acquisition increments it (`INCR`, the cheap common case). When
-//! the increment finds no counter — the first lock ever, or Redis restarted empty
-//! without persistence — the counter is seeded with the server clock in microseconds.
-//! So:
-//! - tokens strictly increase per key (they strictly increase across all keys);
-//! - they keep increasing after Redis restarts empty, as long as the server clock did
-//!   not step back and the locks taken since the previous seed averaged fewer than a
-//!   million a second (each one advances the counter by one, the clock by a microsecond
-//!   at least);
-//! - they stay below 2^53, exact in Lua's doubles, for centuries.
+//! are ever used. Each acquisition takes `max(counter + 1, server clock in µs)` and
+//! writes it back. So a token is never below the clock of the server that issued it,
+//! and the counter is only ever needed to order acquisitions within one microsecond:
+//! - tokens strictly increase per key (across all keys of a server, in fact) while
+//!   the counter survives;
+//! - when it does not — a restart from a stale snapshot or AOF, a restart empty, a
+//!   replica promoted before the last increments reached it, a slot moved to another
+//!   shard — the next token is the new server's clock, which is above every earlier
+//!   token as long as that clock is not behind the previous server's clock at its last
+//!   acquisition by more than the time the switch took (a restart, a failover: at least
+//!   milliseconds, usually seconds). The counter's lead over the clock stays below one
+//!   (a script takes well over a microsecond), so no rate assumption is needed;
+//! - they stay below 2^53, exact in Lua's doubles, until the year 2255.
+//!
+//! ## Restarted RedLock masters
+//! With RedLock, a master that lost its data (restarted empty, or from a stale
+//! snapshot) must not count toward a majority until every lock it may have forgotten
+//! has expired. The acquire script reports, on request, how the master's process
+//! relates to the restart marker [`BOOT_KEY`] (the `run_id` of the process that last
+//! vouched for the data): see [`Boot`](crate::node::Boot).
 
 use std::sync::LazyLock;
 
 /// The key of the shared fencing counter.
 pub(crate) const FENCE_KEY: &str = "redlock:fence";
+
+/// The key of a RedLock master's restart marker.
+pub(crate) const BOOT_KEY: &str = "redlock:boot";
+
+/// Every key the library keeps starts with this; lock keys may not.
+pub(crate) const RESERVED_PREFIX: &str = "redlock:";
 
 /// Prefixes of a key's queue of waiting clients and of their registrations' expiries.
 pub(crate) const QUEUE_PREFIX: &str = "redlock:queue:";
@@ -30,12 +46,15 @@ pub(crate) const QUEUE_EXPIRY_PREFIX: &str = "redlock:queue-expiry:";
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
-/// KEYS: lock, fence counter, waiter queue, waiter expiries.
+/// KEYS: lock, fence counter, waiter queue, waiter expiries, restart marker (with
+/// RedLock; otherwise the lock key again, untouched, so that every key shares a slot).
 /// ARGV: owner token, lease in ms, the owner token of a same-client holder handing the
 /// lock on (empty if none; its lock, if still there, is deleted first: see `queue`'s
-/// hand-off), this waiter's id (empty with RedLock, which keeps no queue), "1" if an
-/// earlier attempt may have registered it in the queue, how long a registration outlives the holder's lease (ms), release
-/// channel, publish command.
+/// hand-off), this waiter's id (empty for an attempt that will not wait, and with
+/// RedLock, which keeps no queue), "1" if an earlier attempt may have registered it in
+/// the queue, how long a registration outlives the holder's lease (ms), release
+/// channel, publish command, and the restart quarantine in whole seconds (RedLock
+/// only, else empty).
 ///
 /// A waiter that fails registers in the key's queue (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -43,12 +62,31 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// and names it in its message; the named waiter's attempt takes the reservation and
 /// announces it (`T`), the others keep waiting without a round trip.
 ///
-/// Returns `{1, token, handed}` when acquired (`handed` = 1 if the previous owner's
-/// lock was found and deleted), `{0, pttl}` when held by another owner or reserved for
-/// another waiter, `{-1, type}` when the key holds something redlock did not write.
+/// Returns `{1, token, handed, boot}` when acquired (`handed` = 1 if the previous
+/// owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
+/// reserved for another waiter, `{-1, type, boot}` when the key holds something redlock
+/// did not write. `boot`: 0 the master may vote, 2 it restarted less than the
+/// quarantine ago with another process's marker, or, with no marker, its process's
+/// `run_id` (for the client to adopt it only if it is still that process).
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
+local boot = 0
+if ARGV[9] ~= '' then
+  local info = redis.call('INFO', 'server')
+  local run_id = string.match(info, 'run_id:(%w+)')
+  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
+  local marker = redis.pcall('GET', KEYS[5])
+  if marker ~= run_id then
+    if uptime >= tonumber(ARGV[9]) then
+      redis.call('SET', KEYS[5], run_id)
+    elseif type(marker) == 'string' then
+      boot = 2
+    else
+      boot = run_id
+    end
+  end
+end
 local handed = 0
 if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
   redis.call('DEL', KEYS[1])
@@ -69,18 +107,19 @@ if acquired then
   if reserved then
     redis.call(ARGV[8], ARGV[7], 'T')
   end
-  local token = redis.call('INCR', KEYS[2])
-  if token == 1 then
-    local now = redis.call('TIME')
-    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], string.format('%.0f', token))
+  local now = redis.call('TIME')
+  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local last = tonumber(redis.pcall('GET', KEYS[2]))
+  if last and last >= token then
+    token = last + 1
   end
-  return {1, token, handed}
+  redis.call('SET', KEYS[2], string.format('%.0f', token))
+  return {1, token, handed, boot}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if ttl < 0 or kind ~= 'string' then
-  return {-1, kind}
+  return {-1, kind, boot}
 end
 if ARGV[4] ~= '' then
   local now = redis.call('TIME')
@@ -92,7 +131,7 @@ if ARGV[4] ~= '' then
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
 end
-return {0, ttl}
+return {0, ttl, boot}
 "#,
     )
 });
@@ -103,6 +142,10 @@ return {0, ttl}
 /// cluster), grace of a reservation (ms).
 /// Returns 1 when released (deleted, or reserved for the queue's head; published),
 /// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more.
+///
+/// A kept key changes its value to `kept:<owner>`, so that a renewal already on its
+/// way cannot stretch it back to the full lease, and tells every waiter when it ends
+/// (`K:<ms>`), so that they retry then rather than at the end of the original lease.
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
@@ -110,7 +153,8 @@ if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 if tonumber(ARGV[2]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[1], 'kept:' .. ARGV[1], 'PX', ARGV[2])
+  redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
   return 2
 end
 {HAND_ON}
@@ -186,14 +230,19 @@ pub(crate) fn release_channel(key: &str) -> String {
     channel
 }
 
-/// KEYS: fence counter. ARGV: token. Raises the counter to the token if below it
-/// (RedLock: the token chosen from a majority is written back to it).
+/// KEYS: fence counter, restart marker. ARGV: token, the `run_id` of the process to
+/// adopt (write the marker for, if it is still the one running: see `Boot::Blank`),
+/// or empty. Raises the counter to the
+/// token if below it (RedLock: the token chosen from a majority is written back to it).
 pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
-local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local current = tonumber(redis.pcall('GET', KEYS[1])) or 0
 if current < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
+end
+if ARGV[2] ~= '' and string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') == ARGV[2] then
+  redis.call('SET', KEYS[2], ARGV[2])
 end
 return redis.status_reply('OK')
 "#,

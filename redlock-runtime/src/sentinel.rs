@@ -34,6 +34,7 @@ struct Shared {
 #[derive(Clone)]
 struct Primary {
     address: String,
+    client: redis::Client,
     connection: ConnectionManager,
 }
 
@@ -56,13 +57,15 @@ impl SentinelConnection {
         )?;
         let primary = client.async_get_client().await?;
         let address = primary.get_connection_info().addr().to_string();
-        let connection = ConnectionManager::new_with_config(primary, config.clone()).await?;
+        let connection =
+            ConnectionManager::new_with_config(primary.clone(), config.clone()).await?;
         Ok(SentinelConnection {
             shared: Arc::new(Shared {
                 sentinels: tokio::sync::Mutex::new(client),
                 config,
                 current: RwLock::new(Primary {
                     address,
+                    client: primary,
                     connection,
                 }),
                 generation: AtomicU64::new(0),
@@ -86,6 +89,20 @@ impl SentinelConnection {
         (
             self.shared.generation.load(Ordering::Acquire),
             primary.connection.clone(),
+        )
+    }
+
+    /// A client for the current primary (for connections of their own), and the
+    /// generation it belongs to.
+    pub(crate) fn current_client(&self) -> (u64, redis::Client) {
+        let primary = self
+            .shared
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        (
+            self.shared.generation.load(Ordering::Acquire),
+            primary.client.clone(),
         )
     }
 
@@ -115,7 +132,7 @@ impl SentinelConnection {
             return false;
         }
         let connection = match ConnectionManager::new_with_config(
-            primary,
+            primary.clone(),
             self.shared.config.clone(),
         )
         .await
@@ -133,6 +150,7 @@ impl SentinelConnection {
             .write()
             .unwrap_or_else(|e| e.into_inner()) = Primary {
             address,
+            client: primary,
             connection,
         };
         self.shared.generation.fetch_add(1, Ordering::AcqRel);

@@ -9,8 +9,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::time::Instant;
-
 use crate::client::{ClientInner, LockClient};
 use crate::guard::LockState;
 
@@ -48,11 +46,13 @@ impl Watchdog {
         id
     }
 
-    pub(crate) fn forget(&self, id: u64) {
+    /// Stops renewing a lock; false if it was not renewed (any more).
+    pub(crate) fn forget(&self, id: u64) -> bool {
         self.locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+            .remove(&id)
+            .is_some()
     }
 
     /// How many locks are being renewed.
@@ -99,23 +99,32 @@ pub(crate) async fn renew_all(client: &ClientInner) {
         .iter()
         .map(|(_, watched)| (watched.key.as_str(), watched.owner.as_str()))
         .collect();
-    let sent_at = Instant::now();
-    let renewed = client.masters.renew(&pairs, lease_ms).await;
     let valid_for = client.masters.validity(lease);
-    for ((id, watched), renewed) in locks.iter().zip(renewed) {
+    // Started before the pipeline is sent (see `LeaseUpdate`).
+    let updates: Vec<_> = locks
+        .iter()
+        .map(|(_, watched)| watched.state.begin_update(valid_for))
+        .collect();
+    let renewed = client.masters.renew(&pairs, lease_ms).await;
+    for (((id, watched), renewed), update) in locks.iter().zip(renewed).zip(updates) {
         match renewed {
-            Some(true) => watched.state.extend_from(sent_at, valid_for),
+            Some(true) => update.confirmed(),
             Some(false) => {
-                tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
-                client.watchdog.forget(*id);
-                watched.state.mark_lost();
+                update.unknown();
+                // A lock released meanwhile (its guard forgot it) is not lost: a release
+                // that keeps the key for `hold_at_least` changes its value.
+                if client.watchdog.forget(*id) {
+                    tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
+                    watched.state.mark_lost();
+                }
             }
-            None if watched.state.is_lost() => {
-                tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
-                client.watchdog.forget(*id);
-                watched.state.mark_lost();
+            None => {
+                update.unknown();
+                if watched.state.is_lost() && client.watchdog.forget(*id) {
+                    tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
+                    watched.state.mark_lost();
+                }
             }
-            None => {}
         }
     }
     tracing::trace!(locks = locks.len(), "redlock.renew");

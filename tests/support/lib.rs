@@ -1,8 +1,9 @@
 //! The test kit: throwaway `redis-server` processes on free loopback ports.
 //!
 //! Shared by the integration tests, the examples and the benchmarks. Every server is
-//! started with no persistence in its own temporary directory, bound to 127.0.0.1 only,
-//! and killed when its handle is dropped, including when a test panics.
+//! started in its own temporary directory, bound to 127.0.0.1 only, and killed when its
+//! handle is dropped, including when a test panics. It has no persistence unless it was
+//! started with [`RedisServer::start_persistent`].
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -44,6 +45,75 @@ impl RedisServer {
         server
     }
 
+    /// Starts a server that persists to its own directory, as a stock installation
+    /// does: `persistence` are the `redis-server` arguments that turn it on, e.g.
+    /// `["--save", "3600 1 300 100 60 10000"]` (RDB snapshots, Redis's default) or
+    /// `["--appendonly", "yes", "--appendfsync", "everysec"]`. They come after the kit's
+    /// no-persistence defaults, so they override them.
+    ///
+    /// [`RedisServer::crash_and_restart`] then brings it back with what it had persisted.
+    pub fn start_persistent(persistence: &[&str]) -> Self {
+        Self::start_with(persistence)
+    }
+
+    /// Starts a replica of `primary` (`--replicaof`), with `extra_args` as well.
+    /// Use [`RedisServer::wait_until_caught_up_with`] before relying on what it holds.
+    ///
+    /// Sets `repl-diskless-sync-delay 0` on `primary` (and the replica, should it be
+    /// promoted): Redis 7 otherwise waits 5 s before a full sync, for more replicas.
+    pub fn start_replica_of(primary: &RedisServer, extra_args: &[&str]) -> Self {
+        primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        let port = primary.port().to_string();
+        let mut args = vec![
+            "--replicaof",
+            "127.0.0.1",
+            port.as_str(),
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        args.extend_from_slice(extra_args);
+        Self::start_with(&args)
+    }
+
+    /// Waits until this replica's link to `primary` is up and it has applied
+    /// everything `primary` had written when the call began (replication offsets).
+    pub fn wait_until_caught_up_with(&self, primary: &RedisServer, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let target: u64 = primary
+            .info_field("replication", "master_repl_offset")
+            .and_then(|offset| offset.parse().ok())
+            .unwrap_or(0);
+        loop {
+            let link_up = self
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up");
+            let applied: u64 = self
+                .info_field("replication", "slave_repl_offset")
+                .and_then(|offset| offset.parse().ok())
+                .unwrap_or(0);
+            if link_up && applied >= target {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica on port {} did not catch up with {} (link up: {link_up}, \
+                 offset {applied} of {target})",
+                self.port,
+                primary.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One field of `INFO section` (e.g. `("replication", "role")`), if present.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        self.cli(&["INFO", section]).lines().find_map(|line| {
+            let (name, value) = line.trim().split_once(':')?;
+            (name == field).then(|| value.to_owned())
+        })
+    }
+
     /// `redis://127.0.0.1:PORT/`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
@@ -70,7 +140,52 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again, empty, on the same port (a restart without persistence).
+    /// Kills the server with SIGKILL — no shutdown, so no final snapshot or AOF flush —
+    /// and starts it again on the same port, directory and arguments: it comes back with
+    /// what it had persisted by then (its last RDB snapshot, its AOF), as after `kill -9`.
+    /// Returns once it has loaded that and answers PING.
+    pub fn crash_and_restart(&mut self) {
+        self.restart();
+    }
+
+    /// A copy of what the server's directory holds now (RDB snapshot, AOF files).
+    ///
+    /// `kill -9` loses nothing that Redis has written, even with `appendfsync everysec`:
+    /// the kernel still holds it. What an OS crash or power cut loses is what was not
+    /// yet fsynced; a test simulates that by copying the directory at the moment it
+    /// pretends was the last fsync and handing the copy to
+    /// [`RedisServer::crash_and_restart_from`]. Take it between replies (Redis writes
+    /// the AOF before it replies), not in the middle of a write.
+    pub fn copy_of_disk(&self) -> tempfile::TempDir {
+        let copy = tempfile::Builder::new()
+            .prefix("redlock-redis-disk-")
+            .tempdir()
+            .expect("create a temporary directory for the copy");
+        copy_dir(self.dir.path(), copy.path()).expect("copy the server's directory");
+        copy
+    }
+
+    /// Like [`RedisServer::crash_and_restart`], but the server's directory is first put
+    /// back to `disk` (from [`RedisServer::copy_of_disk`]): a crash that lost every
+    /// write since that copy.
+    pub fn crash_and_restart_from(&mut self, disk: &Path) {
+        self.kill();
+        for entry in std::fs::read_dir(self.dir.path()).expect("list the server's directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            }
+            .expect("clear the server's directory");
+        }
+        copy_dir(disk, self.dir.path()).expect("put the copy back");
+        self.restart();
+    }
+
+    /// Starts the server again on the same port, directory and arguments. Without
+    /// persistence (the default) it comes back empty; see
+    /// [`RedisServer::crash_and_restart`].
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + STARTUP_LIMIT;
@@ -192,6 +307,21 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Copies the files and folders in `from` into `to` (which exists).
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Sends signal `name` (`"STOP"`, `"CONT"`, `"KILL"`…) to process `pid` with `kill(1)`.

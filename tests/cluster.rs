@@ -1,6 +1,8 @@
 //! Redis Cluster mode against a 3-master cluster the test creates itself.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redlock_runtime::LockClient;
@@ -226,4 +228,177 @@ async fn locking_goes_on_after_a_shard_fails_over() {
         "fencing went backwards across the failover"
     );
     guard.release().await.unwrap();
+}
+
+/// How long the staged migrations below last. Longer than what the cluster client
+/// library bridges by itself (with `retries(2)`, redis-rs sleeps at least 1.28 s before
+/// each retry of a TRYAGAIN, then returns the error): with the 300–500 ms of a quick
+/// migration the lock client's own retries would go untested.
+const MIGRATION_LASTS: Duration = Duration::from_secs(3);
+
+/// A slot migration of `key`'s slot, from the master that serves it to another one,
+/// begun with only the slot's fencing counter moved: the lock scripts' keys are then
+/// split between the two nodes (or missing on both), so Redis answers TRYAGAIN (after
+/// an ASK to the target, for a script whose keys the source lacks) until the migration
+/// begins to end (see `finish_after`).
+struct Migration {
+    cluster: Arc<RedisCluster>,
+    slot: u16,
+    source: usize,
+    target: usize,
+    /// Set when the background thread begins to end the migration: before that no lock
+    /// script can run anywhere, so an operation that succeeds must have kept retrying
+    /// past this point.
+    ending: Arc<AtomicBool>,
+}
+
+impl Migration {
+    fn start(cluster: &Arc<RedisCluster>, key: &str) -> Self {
+        let slot = cluster.slot_of(key);
+        let source = cluster.master_of(key).expect("a master serves the key");
+        let target = (source + 1) % cluster.nodes.len();
+        cluster.start_migration(slot, source, target);
+        let moved = cluster.migrate_keys(slot, source, target, |key| {
+            key.starts_with("redlock:fence:")
+        });
+        assert_eq!(
+            moved.len(),
+            1,
+            "the slot's fencing counter should exist: {moved:?}"
+        );
+        // The staging holds: a script over the lock key and the fencing counter (as the
+        // acquire script's are) cannot run on the source now.
+        let reply = cluster.nodes[source].cli(&["EVAL", "return 1", "2", key, &moved[0]]);
+        assert!(
+            reply.starts_with("TRYAGAIN") || reply.starts_with("ASK"),
+            "the source ran a script during the migration: {reply}"
+        );
+        Migration {
+            cluster: cluster.clone(),
+            slot,
+            source,
+            target,
+            ending: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Ends the migration after `after`, from a thread (redis-cli calls block): the
+    /// remaining keys move, then the slot is assigned to the target (from which moment
+    /// a script can succeed there, before this thread has told every master).
+    fn finish_after(&self, after: Duration) -> std::thread::JoinHandle<()> {
+        let (cluster, ending) = (self.cluster.clone(), self.ending.clone());
+        let (slot, source, target) = (self.slot, self.source, self.target);
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            ending.store(true, Ordering::SeqCst);
+            cluster.finish_migration(slot, source, target);
+        })
+    }
+
+    fn ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
+    }
+}
+
+// Issue: while a lock's slot migrates, Redis answers TRYAGAIN (and ASK/MOVED) to the
+// multi-key acquire script; the acquisition failed at once instead of retrying within
+// its wait and following the slot to its new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_during_a_slot_migration_retries_within_its_wait() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    let client = cluster_client(&cluster).await;
+    let key = "migrating:{acquire}";
+    // Taken once before the migration: creates the slot's fencing counter (so the
+    // migration has something to move) and gives a token to compare with.
+    let before = client
+        .lock(key)
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let first_token = before.fencing_token();
+    before.release().await.unwrap();
+
+    let migration = Migration::start(&cluster, key);
+    let finisher = migration.finish_after(MIGRATION_LASTS);
+    let started = Instant::now();
+    let result = client
+        .lock(key)
+        .wait(Duration::from_secs(10))
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await;
+    // Read before the thread is joined: did the attempts go on until the migration ended?
+    let (outlasted, took) = (migration.ending(), started.elapsed());
+    finisher.join().expect("the migration finished");
+    // Today: `TryAgain: Multiple keys request during rehashing of slot` after ~1.3 s
+    // (the source's ASK, then the target's TRYAGAIN, retried once by redis-rs).
+    let guard = result.unwrap_or_else(|error| {
+        panic!("an acquisition during a slot migration failed after {took:?}: {error}")
+    });
+    // The script could not run anywhere before the migration began to end, so a
+    // success means the attempts went on until then (and followed the slot).
+    assert!(
+        outlasted,
+        "acquired before the migration began to end: the scenario did not hold"
+    );
+    assert!(
+        guard.fencing_token() > first_token,
+        "fencing went backwards across the migration"
+    );
+    assert_eq!(
+        cluster.nodes[migration.target].cli(&["EXISTS", key]),
+        "1",
+        "the lock should live on the slot's new master"
+    );
+    guard.release().await.unwrap();
+}
+
+// Issue: a release during a slot migration failed (TRYAGAIN), leaving the lock in place
+// until its lease ended; it must retry within the response timeout and follow the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_slot_migration_frees_the_lock() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    // The retry window of a release is the response timeout: long enough to cover the
+    // migration's end below.
+    let client = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .response_timeout(Duration::from_secs(6))
+        .connect()
+        .await
+        .unwrap();
+    let key = "migrating:{release}";
+    // A lease far longer than the test: if the release fails, the key stays.
+    let guard = client
+        .lock(key)
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+
+    let migration = Migration::start(&cluster, key);
+    let finisher = migration.finish_after(MIGRATION_LASTS);
+    let started = Instant::now();
+    let released = guard.release().await;
+    let (outlasted, took) = (migration.ending(), started.elapsed());
+    finisher.join().expect("the migration finished");
+    // Today: `TryAgain: Multiple keys request during rehashing of slot` after ~2.6 s
+    // (the source has the lock key but not the queue keys; redis-rs retries twice).
+    if let Err(error) = released {
+        panic!("a release during a slot migration failed after {took:?}: {error}");
+    }
+    assert!(
+        outlasted,
+        "released before the migration began to end: the scenario did not hold"
+    );
+
+    // Nothing is left: another client takes the lock at once (no wait).
+    let rival = cluster_client(&cluster).await;
+    let next = rival
+        .lock(key)
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the released lock should be free at once");
+    next.release().await.unwrap();
 }

@@ -1,5 +1,11 @@
 //! RedLock over five independent redis-server processes, with masters killed and
 //! restarted empty.
+//!
+//! A master whose uptime is below the client's `max_lease` does not vote unless every
+//! master answers and none has served redlock yet (a fresh deployment). These tests
+//! start fresh masters, so each takes one lock with every master up
+//! ([`lock_once_with_all_up`]) before killing any: otherwise the survivors would sit
+//! out their quarantine and the test would measure that instead of its subject.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +26,20 @@ async fn redlock(masters: &[RedisServer]) -> LockClient {
         .connect()
         .await
         .expect("connect to the masters")
+}
+
+/// One lock and release with every master up and answering: the fresh-deployment
+/// exception applies, and afterwards the masters count as having served redlock, so
+/// killing a minority later leaves the others voting.
+async fn lock_once_with_all_up(client: &LockClient) {
+    let guard = client
+        .lock("warm-up")
+        .wait(Duration::from_secs(5))
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("a lock with every master of a fresh deployment up");
+    guard.release().await.unwrap();
 }
 
 async fn keys_on(server: &RedisServer, pattern: &str) -> Vec<String> {
@@ -93,6 +113,7 @@ async fn a_majority_grants_and_excludes() {
 async fn two_masters_down_still_lock() {
     let mut masters = five_masters();
     let clients = [redlock(&masters).await, redlock(&masters).await];
+    lock_once_with_all_up(&clients[0]).await;
     masters[0].kill();
     masters[3].kill();
     let tokens = exclusive_rounds(&clients, 4, 5).await;
@@ -103,6 +124,8 @@ async fn two_masters_down_still_lock() {
 async fn three_masters_down_is_no_quorum_within_the_wait() {
     let mut masters = five_masters();
     let client = redlock(&masters).await;
+    // Not a fresh deployment any more: the two survivors vote, and `reached` is 2.
+    lock_once_with_all_up(&client).await;
     for index in [1, 2, 4] {
         masters[index].kill();
     }
@@ -197,4 +220,267 @@ async fn a_watchdog_lock_is_lost_when_the_majority_is() {
         .await
         .expect("the guard never noticed it lost the majority");
     assert!(guard.is_lost());
+}
+
+/// Redis's `INFO server` uptime, in whole seconds, of one master.
+fn uptime(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "server"])
+        .lines()
+        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("uptime_in_seconds in INFO server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_does_not_vote_until_max_lease_has_passed() {
+    // Never more than a minority (two of five) is down at once, yet without a
+    // quarantine the restarted masters 3, 4 and 5 (indices 2, 3, 4) would give a second
+    // owner a majority while the first owner's lease on 1, 2 and 3 still runs.
+    const MAX_LEASE: Duration = Duration::from_secs(3);
+    let mut masters = five_masters();
+    let client = || async {
+        LockClient::builder_for(masters.iter().map(RedisServer::url))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(500))
+            .max_lease(MAX_LEASE)
+            // No lease may outlast max_lease, the watchdog's included.
+            .watchdog_lease(MAX_LEASE)
+            .renew_every(Duration::from_secs(1))
+            .connect()
+            .await
+            .expect("connect to the masters")
+    };
+    let a = client().await;
+    let b = client().await;
+    // Every master serves redlock once, so the deployment is no longer fresh.
+    lock_once_with_all_up(&a).await;
+
+    masters[3].kill();
+    masters[4].kill();
+    // Redis's `uptime_in_seconds` is the difference of two whole-second wall clocks,
+    // so it runs up to 1 s ahead of the real time since the start. Restarting late in
+    // a wall-clock second makes a quarantine that trusts it end measurably early,
+    // every run, instead of by chance.
+    late_in_a_wall_clock_second().await;
+    let held = a
+        .lock("restarted")
+        .lease(MAX_LEASE)
+        .acquire()
+        .await
+        .expect("A locks on masters 1, 2 and 3 (they served redlock before)");
+    for index in [0, 1, 2] {
+        assert_eq!(keys_on(&masters[index], "restarted").await.len(), 1);
+    }
+
+    // 4 and 5 come back empty, then 3 restarts empty: only 1 and 2 still know A holds
+    // the lock. No master's process is older than `restarted_at` from here on.
+    let restarted_at = Instant::now();
+    masters[3].restart();
+    masters[4].restart();
+    masters[2].restart();
+    for index in [2, 3, 4] {
+        assert!(
+            uptime(&masters[index]) < MAX_LEASE.as_secs(),
+            "master {} restarted too slowly for this test",
+            index + 1
+        );
+    }
+
+    // B tries while A's lease still runs. A short wait rather than none rides over B's
+    // connections to the restarted masters being re-established (a first attempt could
+    // fail on a dropped connection and prove nothing); it ends long before A's lease.
+    let attempt = b
+        .lock("restarted")
+        .wait(Duration::from_millis(500))
+        .lease(MAX_LEASE)
+        .acquire()
+        .await;
+    let a_still_held = !held.is_lost();
+    match attempt {
+        Ok(stolen) => panic!(
+            "B locked `restarted` (token {}) on the restarted masters while A's lease still ran (A's guard lost: {})",
+            stolen.fencing_token(),
+            !a_still_held
+        ),
+        Err(error) => assert!(
+            matches!(
+                error,
+                LockError::Timeout { .. } | LockError::NoQuorum { .. }
+            ),
+            "{error:?}"
+        ),
+    }
+    assert!(
+        a_still_held,
+        "B's attempt ended after A's lease: it proves nothing"
+    );
+
+    // A releases. Only 1 and 2 still hold its key (3 forgot it, 4 and 5 never had
+    // it), so the release may be confirmed, denied (Lost), or, with only 1 and 2
+    // voting, undecided (NoQuorum).
+    let a_token = held.fencing_token();
+    let released = held.release().await;
+    assert!(
+        matches!(
+            released,
+            Ok(()) | Err(LockError::Lost { .. } | LockError::NoQuorum { .. })
+        ),
+        "{released:?}"
+    );
+    // Either way it deleted the key where A held it (perhaps in the background).
+    let deadline = Instant::now() + Duration::from_secs(1);
+    for index in [0, 1] {
+        while !keys_on(&masters[index], "restarted").await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "A's release left its key on master {}",
+                index + 1
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    // The same client B, not restarted, gets the lock once the restarted masters have
+    // been up for max_lease: it needs one of them (1 and 2 are only two votes), and
+    // none can vote before `restarted_at + MAX_LEASE`.
+    let next = b
+        .lock("restarted")
+        .wait(MAX_LEASE + Duration::from_secs(5))
+        .lease(MAX_LEASE)
+        .acquire()
+        .await
+        .expect("B never got the lock after the quarantine ended");
+    assert!(
+        restarted_at.elapsed() >= MAX_LEASE,
+        "B got a majority {:?} after the restarts, before any restarted master had been up \
+         for max_lease (a lock taken on one just before it crashed could still run); \
+         uptime_in_seconds reads {MAX_LEASE:?} up to 1 s early",
+        restarted_at.elapsed()
+    );
+    assert!(next.fencing_token() > a_token, "fencing went backwards");
+    let b_token = next.fencing_token();
+    next.release().await.unwrap();
+
+    // The restarted masters vote again: with 1 and 2 down, 3, 4 and 5 are the majority.
+    masters[0].kill();
+    masters[1].kill();
+    let last = b
+        .lock("restarted")
+        .wait(MAX_LEASE + Duration::from_secs(2))
+        .lease(MAX_LEASE)
+        .acquire()
+        .await
+        .expect("masters 3, 4 and 5 never voted again");
+    assert!(last.fencing_token() > b_token, "fencing went backwards");
+    last.release().await.unwrap();
+}
+
+/// Sleeps until the wall clock is 750–900 ms into a second.
+async fn late_in_a_wall_clock_second() {
+    let into = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_millis();
+    let target = 750;
+    let pause = if into < target {
+        target - into
+    } else {
+        1000 - into + target
+    };
+    tokio::time::sleep(Duration::from_millis(u64::from(pause))).await;
+}
+
+/// SIGSTOPs a master; SIGCONTs it when dropped, panic or not, so that the kill on
+/// drop reaps a running process.
+struct Paused<'a>(&'a RedisServer);
+
+impl<'a> Paused<'a> {
+    fn new(server: &'a RedisServer) -> Self {
+        server.pause();
+        Paused(server)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_master_does_not_slow_release_extend_or_a_contended_acquire() {
+    // A master that accepts commands and never answers (stopped, swapping, stuck in a
+    // long script) is one of five: the other four are a majority and answer at once,
+    // so no operation should wait for the response timeout.
+    const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+    // Well under the response timeout; today each operation takes it in full.
+    const PROMPT: Duration = Duration::from_millis(1500);
+    let masters = five_masters();
+    let client = || async {
+        LockClient::builder_for(masters.iter().map(RedisServer::url))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect to the masters")
+    };
+    let holder = client().await;
+    let rival = client().await;
+    lock_once_with_all_up(&holder).await;
+    lock_once_with_all_up(&rival).await;
+
+    let paused = Paused::new(&masters[4]);
+    let started = Instant::now();
+    let guard = holder
+        .lock("hung")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("four of five masters answer");
+    eprintln!("acquire with a hung master: {:?}", started.elapsed());
+
+    let started = Instant::now();
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    let extend_took = started.elapsed();
+
+    // The rival's per-master timeout is a tenth of its 5 s lease; the four live masters
+    // say at once that the lock is held.
+    let started = Instant::now();
+    let error = rival
+        .lock("hung")
+        .wait(Duration::from_millis(100))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_err();
+    let contended_took = started.elapsed();
+    assert!(error.is_timeout(), "{error:?}");
+
+    let started = Instant::now();
+    guard.release().await.unwrap();
+    let release_took = started.elapsed();
+    eprintln!(
+        "with a hung master: extend {extend_took:?}, contended acquire {contended_took:?}, release {release_took:?}"
+    );
+    assert!(
+        extend_took < PROMPT && contended_took < PROMPT && release_took < PROMPT,
+        "waited on the hung master: extend took {extend_took:?}, a contended acquire with a \
+         100 ms wait {contended_took:?}, release {release_took:?} (each should be < {PROMPT:?})"
+    );
+
+    // The release happened on the live masters (a majority confirmed it before it
+    // returned; the fourth may still be finishing).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    for master in &masters[..4] {
+        while !keys_on(master, "hung").await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the release left the key on {}",
+                master.url()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    drop(paused);
 }

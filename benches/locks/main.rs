@@ -132,8 +132,9 @@ async fn run(options: Options) {
         .map(|c| c.args[0].clone())
         .expect("rslock's unlock EVALSHA");
     warm.retain(|c| !c.from_script);
-    // One cycle sends the acquire script (4 keys: the lock, the fence counter and the
-    // key's two waiter-queue keys) and the release script (3 keys: the lock and the
+    // One cycle sends the acquire script (5 keys: the lock, the fence counter, the
+    // key's two waiter-queue keys and, on one server, the lock again in place of
+    // RedLock's restart marker) and the release script (3 keys: the lock and the
     // queue keys). redis-benchmark replays them as sent, on a random lock
     // key and with a fixed owner (so that some of its releases find their own lock).
     let replay = |keys: &str| -> Vec<String> {
@@ -154,7 +155,7 @@ async fn run(options: Options) {
         }
         command
     };
-    let acquire_command = replay("4");
+    let acquire_command = replay("5");
     let release_command = replay("3");
     for lock in [&redlock, &rslock] {
         scenarios::cycle_block(lock, &format!("bench:warm:{}", lock.name()), 200 / scale).await;

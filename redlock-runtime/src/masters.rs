@@ -229,6 +229,19 @@ impl Masters {
                 None => break Decision::Lost,
             }
         };
+        if decision == Decision::Lost && !tally.may_reach_quorum() {
+            // Out of reach whatever the others say: no hurry, and their answers make
+            // the error tell how many masters were there.
+            while let Some((index, reply)) = pending.next().await {
+                tally.record(index, reply);
+            }
+        }
+        if tally.all_blank() && tally.finished == self.nodes.len() {
+            // Every master says it never held a lock: a fresh deployment. Mark them all
+            // (not just this attempt's voters), in tasks of their own so that a caller
+            // giving up cannot leave some unmarked (and so out of the vote).
+            self.adopt_in_background(tally.run_ids());
+        }
         let won = match decision {
             Decision::Won { voters, adopt } if sent_at.elapsed() < self.validity(lease) => {
                 let fencing_token = voters.iter().map(|(_, token)| *token).max().unwrap_or(0);
@@ -302,6 +315,21 @@ impl Masters {
             tokio::spawn(async move { while raising.next().await.is_some() {} });
         }
         raised >= self.quorum()
+    }
+
+    /// Marks each master as vouching for its data, if it still runs the process with
+    /// the given `run_id`.
+    fn adopt_in_background(&self, run_ids: Vec<(usize, String)>) {
+        for (index, run_id) in run_ids {
+            let node = self.nodes[index].clone();
+            let limit = self.response_timeout;
+            tokio::spawn(async move {
+                let adopted = node.raise_fence("", 0, Some(&run_id));
+                if let Ok(Err(error)) = tokio::time::timeout(limit, adopted).await {
+                    tracing::debug!(%error, node = %node.url, "redlock: could not mark a fresh master");
+                }
+            });
+        }
     }
 
     /// Lets the attempts still under way finish in a task of their own; with `undo`,
@@ -588,6 +616,17 @@ impl Tally {
             .collect()
     }
 
+    /// Whether a majority of votes is still possible (counting those yet to answer).
+    fn may_reach_quorum(&self) -> bool {
+        let outstanding = self.masters - self.finished;
+        let voting = self
+            .answers
+            .iter()
+            .filter(|(_, boot)| *boot == Boot::Votes)
+            .count();
+        voting + outstanding >= quorum_of(self.masters) || self.all_blank()
+    }
+
     /// Every answer so far says "blank": this may be a fresh deployment.
     fn all_blank(&self) -> bool {
         self.answers.len() == self.finished
@@ -769,7 +808,10 @@ mod tests {
         tally.record(2, with(blank(), granted(1)));
         tally.record(3, with(blank(), granted(1)));
         assert_eq!(tally.decision(), Some(Decision::Lost));
-        assert!(matches!(tally.failure(3), Outcome::Held { split: true, .. }));
+        assert!(matches!(
+            tally.failure(3),
+            Outcome::Held { split: true, .. }
+        ));
         // Same with the two holders silent: the blank three are not a fresh deployment.
         let mut tally = Tally::new(5);
         for index in 2..5 {

@@ -54,7 +54,9 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// RedLock, which keeps no queue), "1" if an earlier attempt may have registered it in
 /// the queue, how long a registration outlives the holder's lease (ms), release
 /// channel, publish command, and the restart quarantine in whole seconds (RedLock
-/// only, else empty).
+/// only, else empty). Redis counts uptime as the difference of two whole-second
+/// clock readings, up to a second more than has passed: the quarantine ends only once
+/// the uptime is *above* it.
 ///
 /// A waiter that fails registers in the key's queue (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -78,7 +80,7 @@ if ARGV[9] ~= '' then
   local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
   local marker = redis.pcall('GET', KEYS[5])
   if marker ~= run_id then
-    if uptime >= tonumber(ARGV[9]) then
+    if uptime > tonumber(ARGV[9]) then
       redis.call('SET', KEYS[5], run_id)
     elseif type(marker) == 'string' then
       boot = 2

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redlock_runtime::{LockClient, LockError};
+use redlock_runtime::{LockClient, LockClientBuilder, LockError};
 use redlock_testkit::RedisServer;
 
 /// Nothing here may take long: an error is returned at once, a wait is bounded.
@@ -64,6 +64,15 @@ async fn assert_clean(server: &RedisServer, client: &LockClient, expected: &[&[u
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A client setting refused at `connect()`: `InvalidOptions`, its message naming the
+/// setting (there is no lock key yet).
+fn assert_invalid_setting(error: &LockError, setting: &str) {
+    assert!(
+        matches!(error, LockError::InvalidOptions { .. }) && error.to_string().contains(setting),
+        "expected InvalidOptions naming `{setting}`, got {error:?}"
+    );
 }
 
 fn assert_invalid_options(error: &LockError, key: &str) {
@@ -134,7 +143,9 @@ async fn keys_with_newlines_nul_bytes_spaces_and_emoji_work_byte_for_byte() {
         "🔒 lock ✨",
         "crlf\r\n*3\r\n$3\r\nDEL",
         "tab\tand\u{7f}del",
-        "redlock:released:nested",
+        // Names the library's own keys, but not at the start (that namespace is
+        // refused: see `keys_in_the_reserved_namespace_are_refused`).
+        "nested:redlock:released:x",
     ];
     for key in odd {
         let guard = client
@@ -244,7 +255,7 @@ async fn zero_durations_are_refused_or_mean_no_wait() {
     guard.release().await.unwrap(); // hold_at_least zero: deleted at once
     assert_clean(&server, &client, &[b"redlock:fence"]).await;
 
-    // Zero client settings are refused at connect, with the URL named.
+    // Zero client settings are refused at connect, with the setting named.
     type Setting = fn(redlock_runtime::LockClientBuilder) -> redlock_runtime::LockClientBuilder;
     let settings: [(&str, Setting); 4] = [
         ("watchdog_lease", |b| b.watchdog_lease(Duration::ZERO)),
@@ -257,11 +268,7 @@ async fn zero_durations_are_refused_or_mean_no_wait() {
             .connect()
             .await
             .unwrap_err();
-        assert!(
-            matches!(&error, LockError::Connect { url, .. } if *url == server.url()),
-            "{name}: {error:?}"
-        );
-        assert!(error.to_string().contains(name), "{name}: {error}");
+        assert_invalid_setting(&error, name);
     }
 }
 
@@ -367,24 +374,42 @@ async fn huge_durations_are_refused_with_the_key_named() {
 async fn huge_client_settings_are_refused_or_work() {
     let server = RedisServer::start();
     let huge = Duration::from_secs(u64::MAX);
-    // Timeouts that never fire are legitimate: the client works.
-    let patient = bounded(
-        "connect",
-        LockClient::builder(&server.url())
-            .response_timeout(huge)
-            .connect_timeout(huge)
-            .connect(),
-    )
-    .await
-    .unwrap();
-    let guard = patient
-        .lock("huge-settings")
-        .lease(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    // The fencing counter exists whichever of the cases below are refused.
+    let default = LockClient::connect(&server.url()).await.unwrap();
+    let guard = default.lock("huge-settings").acquire().await.unwrap();
     guard.release().await.unwrap();
-    assert_clean(&server, &patient, &[b"redlock:fence"]).await;
+    assert_clean(&server, &default, &[b"redlock:fence"]).await;
+
+    // Timeouts that never fire: the client works, or the setting is refused by name.
+    type Setting = fn(redlock_runtime::LockClientBuilder) -> redlock_runtime::LockClientBuilder;
+    let timeouts: [(&str, Setting); 2] = [
+        ("response_timeout", |b| {
+            b.response_timeout(Duration::from_secs(u64::MAX))
+        }),
+        ("connect_timeout", |b| {
+            b.connect_timeout(Duration::from_secs(u64::MAX))
+        }),
+    ];
+    for (name, setting) in timeouts {
+        match bounded(
+            "connect",
+            setting(LockClient::builder(&server.url())).connect(),
+        )
+        .await
+        {
+            Ok(patient) => {
+                let guard = patient
+                    .lock("huge-settings")
+                    .lease(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+                assert_clean(&server, &patient, &[b"redlock:fence"]).await;
+            }
+            Err(error) => assert_invalid_setting(&error, name),
+        }
+    }
 
     // A watchdog lease beyond what Redis can store: refused at acquire, key named.
     let client = bounded(
@@ -394,10 +419,13 @@ async fn huge_client_settings_are_refused_or_work() {
             .connect(),
     )
     .await;
-    if let Ok(client) = client {
-        let error = client.lock("huge-settings").acquire().await.unwrap_err();
-        assert_invalid_options(&error, "huge-settings");
-        assert_clean(&server, &client, &[b"redlock:fence"]).await;
+    match client {
+        Ok(client) => {
+            let error = client.lock("huge-settings").acquire().await.unwrap_err();
+            assert_invalid_options(&error, "huge-settings");
+            assert_clean(&server, &client, &[b"redlock:fence"]).await;
+        }
+        Err(error) => assert_invalid_setting(&error, "watchdog_lease"),
     }
 
     // A renewal interval that never comes: either refused at connect, or the lock lives
@@ -410,12 +438,15 @@ async fn huge_client_settings_are_refused_or_work() {
             .connect(),
     )
     .await;
-    if let Ok(client) = client {
-        let guard = client.lock("huge-settings").acquire().await.unwrap();
-        bounded("lost()", guard.lost()).await;
-        assert!(guard.is_lost());
-        drop(guard);
-        assert_clean(&server, &client, &[b"redlock:fence"]).await;
+    match client {
+        Ok(client) => {
+            let guard = client.lock("huge-settings").acquire().await.unwrap();
+            bounded("lost()", guard.lost()).await;
+            assert!(guard.is_lost());
+            drop(guard);
+            assert_clean(&server, &client, &[b"redlock:fence"]).await;
+        }
+        Err(error) => assert_invalid_setting(&error, "renew_every"),
     }
 }
 
@@ -647,4 +678,486 @@ async fn a_key_holding_another_type_is_refused_and_left_untouched() {
     let mut expected: Vec<&[u8]> = foreign.iter().map(|(key, _)| key.as_bytes()).collect();
     expected.sort();
     assert_clean(&server, &client, &expected).await;
+}
+
+/// How a builder setting is given a value.
+type Setter = fn(LockClientBuilder, Duration) -> LockClientBuilder;
+
+/// Every duration setting of the builder. `confirm_replicas` asks for one replica
+/// (there is none, so an accepted acquisition fails with `NotReplicated`).
+const SETTINGS: [(&str, Setter); 8] = [
+    ("watchdog_lease", |b, d| b.watchdog_lease(d)),
+    ("renew_every", |b, d| b.renew_every(d)),
+    ("response_timeout", |b, d| b.response_timeout(d)),
+    ("connect_timeout", |b, d| b.connect_timeout(d)),
+    ("node_timeout", |b, d| b.node_timeout(d)),
+    ("reservation_grace", |b, d| b.reservation_grace(d)),
+    ("confirm_replicas", |b, d| b.confirm_replicas(1, d)),
+    ("max_lease", |b, d| b.max_lease(d)),
+];
+
+const EDGES: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_nanos(1),
+    Duration::from_millis(1),
+    Duration::MAX,
+];
+
+/// The worker threads of `every_builder_setting_at_its_edges_errs_or_works`: a panic
+/// on them, even in a task the library spawned (watchdog, notifications, background
+/// clean-up) where no `JoinHandle` would show it, is recorded here.
+const EDGE_THREADS: &str = "edge-settings";
+static EDGE_PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn record_panics_on_edge_threads() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(EDGE_THREADS) {
+                EDGE_PANICS
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(info.to_string());
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// An error, short enough for one line of the table.
+fn brief(error: &LockError) -> String {
+    let text = format!("{error:?}");
+    match text.char_indices().nth(110) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Subscribers of `key`'s release channel on `server`.
+async fn release_listeners(server: &RedisServer, key: &str) -> i64 {
+    let reply: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("redlock:released:{key}"))
+        .query_async(&mut raw(server).await)
+        .await
+        .unwrap_or_default();
+    reply.first().map_or(0, |(_, count)| *count)
+}
+
+/// Waits (at most 1 s: a client whose subscriptions cannot work goes on without)
+/// until `count` clients listen for `key`'s release.
+async fn until_listening(server: &RedisServer, key: &str, count: i64) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while release_listeners(server, key).await < count && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One case: `name` set to `value`, everything else default. `Ok` says what happened
+/// (any typed error is fine once connected); `Err` is a broken promise.
+async fn setting_at_an_edge(
+    servers: &[RedisServer],
+    name: &'static str,
+    set: Setter,
+    value: Duration,
+    key: &str,
+) -> Result<String, String> {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let single = servers.len() == 1;
+    let client = match set(LockClient::builder_for(&urls), value).connect().await {
+        Ok(client) => client,
+        Err(error @ LockError::InvalidOptions { .. }) if error.to_string().contains(name) => {
+            return Ok("refused at connect".into());
+        }
+        // Too short to connect in: the connect error is the documented outcome.
+        Err(error @ LockError::Connect { .. })
+            if matches!(name, "connect_timeout" | "response_timeout")
+                && !value.is_zero()
+                && value <= Duration::from_millis(1) =>
+        {
+            return Ok(format!("could not connect in time: {}", brief(&error)));
+        }
+        Err(error) => {
+            return Err(format!(
+                "connect: {} (expected InvalidOptions naming {name}, or a client)",
+                brief(&error)
+            ));
+        }
+    };
+    let plain = || async {
+        LockClient::builder_for(&urls)
+            .connect()
+            .await
+            .map_err(|error| format!("a default client: {}", brief(&error)))
+    };
+    let mut steps = Vec::new();
+
+    // A fixed lease.
+    let fixed = format!("{key}/fixed");
+    steps.push(
+        match client
+            .lock(fixed.as_str())
+            .lease(Duration::from_secs(1))
+            .wait(Duration::from_millis(500))
+            .acquire()
+            .await
+        {
+            Ok(guard) => match guard.release().await {
+                Ok(()) => "locked".to_string(),
+                Err(error) => format!("locked, release {}", brief(&error)),
+            },
+            Err(error) => format!("lock {}", brief(&error)),
+        },
+    );
+
+    // Watchdog mode, held long enough for a very short renewal interval to run.
+    let watched = format!("{key}/watched");
+    steps.push(
+        match client
+            .lock(watched.as_str())
+            .wait(Duration::from_millis(500))
+            .acquire()
+            .await
+        {
+            Ok(guard) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                match guard.release().await {
+                    Ok(()) => "watchdog locked".to_string(),
+                    Err(error) => format!("watchdog locked, release {}", brief(&error)),
+                }
+            }
+            Err(error) => format!("watchdog lock {}", brief(&error)),
+        },
+    );
+
+    // Waiting behind a default client's lock. On one server a second default client
+    // queues first, so the release is reserved for it and this client hears "reserved
+    // for another" and waits out its own reservation_grace.
+    let contended = format!("{key}/contended");
+    let holder = plain().await?;
+    let held = holder
+        .lock(contended.as_str())
+        .lease(Duration::from_secs(3))
+        .acquire()
+        .await
+        .map_err(|error| format!("a default holder: {}", brief(&error)))?;
+    let first_in_line = if single {
+        let other = plain().await?;
+        let key = contended.clone();
+        let first = tokio::spawn(async move {
+            let guard = other
+                .lock(key)
+                .wait(Duration::from_secs(5))
+                .lease(Duration::from_secs(1))
+                .acquire()
+                .await?;
+            guard.release().await
+        });
+        until_listening(&servers[0], &contended, 1).await;
+        Some(first)
+    } else {
+        None
+    };
+    let waiter = {
+        let client = client.clone();
+        let key = contended.clone();
+        tokio::spawn(async move {
+            let guard = client
+                .lock(key)
+                .wait(Duration::from_secs(2))
+                .lease(Duration::from_secs(1))
+                .acquire()
+                .await?;
+            guard.release().await
+        })
+    };
+    until_listening(&servers[0], &contended, if single { 2 } else { 1 }).await;
+    held.release()
+        .await
+        .map_err(|error| format!("the default holder's release: {}", brief(&error)))?;
+    // A panic in the waiter is this case's panic.
+    let waited = waiter
+        .await
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()));
+    steps.push(match waited {
+        Ok(()) => "waited and locked".to_string(),
+        Err(error) => format!("waiting {}", brief(&error)),
+    });
+    if let Some(first) = first_in_line {
+        first
+            .await
+            .unwrap()
+            .map_err(|error| format!("the default client first in line: {}", brief(&error)))?;
+    }
+
+    // Releasing to a waiting default client: the reservation uses this client's
+    // reservation_grace. The waiter gets the lock before its wait runs out.
+    if single {
+        let handed = format!("{key}/handed");
+        if let Ok(guard) = client
+            .lock(handed.as_str())
+            .lease(Duration::from_secs(3))
+            .acquire()
+            .await
+        {
+            let other = plain().await?;
+            let key = handed.clone();
+            let next = tokio::spawn(async move {
+                let guard = other
+                    .lock(key)
+                    .wait(Duration::from_secs(5))
+                    .lease(Duration::from_secs(1))
+                    .acquire()
+                    .await?;
+                guard.release().await
+            });
+            until_listening(&servers[0], &handed, 1).await;
+            let released_at = Instant::now();
+            let release = guard.release().await;
+            let next = next.await.unwrap();
+            steps.push(format!(
+                "handed on (release {}, next owner {} after {:?})",
+                release.map_or_else(|e| brief(&e), |()| "ok".into()),
+                next.map_or_else(|e| brief(&e), |()| "locked".into()),
+                released_at.elapsed()
+            ));
+        }
+    }
+    Ok(steps.join("; "))
+}
+
+#[test]
+fn every_builder_setting_at_its_edges_errs_or_works() {
+    // Each setting at zero, 1 ns, 1 ms and Duration::MAX, on one server and on three
+    // RedLock masters: connect() refuses it with InvalidOptions naming it, or the client
+    // works, its operations succeeding or failing with a typed error. Nothing panics
+    // (not even in a background task) and nothing hangs.
+    const CASE_LIMIT: Duration = Duration::from_secs(10);
+    record_panics_on_edge_threads();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(EDGE_THREADS)
+        .enable_all()
+        .build()
+        .unwrap();
+    let single = std::sync::Arc::new(vec![RedisServer::start()]);
+    let masters = std::sync::Arc::new((0..3).map(|_| RedisServer::start()).collect::<Vec<_>>());
+    let mut broken = Vec::new();
+    runtime.block_on(async {
+        // Independent cases run side by side (each on its own keys), a few at a time.
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(16));
+        let mut cases = Vec::new();
+        for (name, set) in SETTINGS {
+            for value in EDGES {
+                for servers in [&single, &masters] {
+                    let servers = servers.clone();
+                    let slots = slots.clone();
+                    let topology = if servers.len() == 1 {
+                        "one server"
+                    } else {
+                        "RedLock"
+                    };
+                    let label = format!("{name}({value:?}) on {topology}");
+                    let key = format!("edge:{name}:{}:{}", value.as_nanos(), servers.len());
+                    let task = tokio::spawn(async move {
+                        let _slot = slots.acquire().await.unwrap();
+                        let started = Instant::now();
+                        let outcome = tokio::time::timeout(
+                            CASE_LIMIT,
+                            setting_at_an_edge(&servers, name, set, value, &key),
+                        )
+                        .await;
+                        (outcome, started.elapsed())
+                    });
+                    cases.push((label, task));
+                }
+            }
+        }
+        for (label, task) in cases {
+            match task.await {
+                Ok((Ok(Ok(what)), took)) => eprintln!("ok    {label} [{took:.1?}]: {what}"),
+                Ok((Ok(Err(what)), took)) => {
+                    eprintln!("WRONG {label} [{took:.1?}]: {what}");
+                    broken.push(format!("{label}: {what}"));
+                }
+                Ok((Err(_), _)) => {
+                    eprintln!("HUNG  {label}: still running after {CASE_LIMIT:?}");
+                    broken.push(format!("{label}: hung for {CASE_LIMIT:?}"));
+                }
+                Err(error) => {
+                    let panic = error.try_into_panic().map_or_else(
+                        |_| "cancelled".to_string(),
+                        |panic| {
+                            panic
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default()
+                        },
+                    );
+                    eprintln!("PANIC {label}: {panic}");
+                    broken.push(format!("{label}: panicked: {panic}"));
+                }
+            }
+        }
+    });
+    // Let the clients' background tasks run down (and panic, if they would) on the
+    // recorded threads before counting.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let panics = std::mem::take(&mut *EDGE_PANICS.lock().unwrap_or_else(|e| e.into_inner()));
+    assert!(
+        broken.is_empty() && panics.is_empty(),
+        "{} of {} cases broke a promise:\n  {}\npanics on the runtime's threads (background tasks included):\n  {}",
+        broken.len(),
+        SETTINGS.len() * EDGES.len() * 2,
+        broken.join("\n  "),
+        panics.join("\n  ")
+    );
+}
+
+#[tokio::test]
+async fn keys_in_the_reserved_namespace_are_refused() {
+    // The library keeps its own keys under `redlock:` (the fencing counter, waiter
+    // queues, restart markers; releases are published on `redlock:released:<key>`). A
+    // lock named into that namespace could overwrite or expire them, so it is refused
+    // before anything is sent, on one server and on RedLock masters alike.
+    let reserved = [
+        "redlock:fence",
+        "redlock:boot",
+        "redlock:anything",
+        "redlock:released:job",
+        "redlock:queue:job",
+        "redlock:queue-expiry:job",
+        "redlock:",
+    ];
+    let single = vec![RedisServer::start()];
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for servers in [&single, &masters] {
+        let client = LockClient::builder_for(servers.iter().map(RedisServer::url))
+            .connect()
+            .await
+            .unwrap();
+        // The library's own keys exist (the fencing counter, with RedLock the restart
+        // marker), and a lock is held.
+        let warm = client
+            .lock("job")
+            .lease(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let before = snapshot(servers).await;
+        let mut wrong = Vec::new();
+        for key in reserved {
+            let attempts = [
+                ("lease", client.lock(key).lease(Duration::from_secs(5))),
+                ("watchdog", client.lock(key)),
+                (
+                    "hold_at_least",
+                    client
+                        .lock(key)
+                        .lease(Duration::from_secs(5))
+                        .hold_at_least(Duration::from_secs(1)),
+                ),
+                ("wait", client.lock(key).wait(Duration::from_secs(5))),
+            ];
+            for (mode, attempt) in attempts {
+                let started = Instant::now();
+                match bounded(key, attempt.acquire()).await {
+                    Err(LockError::InvalidKey { key: named, reason })
+                        if named == key && reason.contains("redlock:") =>
+                    {
+                        if started.elapsed() > Duration::from_secs(2) {
+                            wrong.push(format!(
+                                "{key:?} ({mode}): refused only after {:?}",
+                                started.elapsed()
+                            ));
+                        }
+                    }
+                    Err(error) => wrong.push(format!("{key:?} ({mode}): {error:?}")),
+                    Ok(guard) => {
+                        wrong.push(format!(
+                            "{key:?} ({mode}): locked, token {}",
+                            guard.fencing_token()
+                        ));
+                        let _ = guard.release().await;
+                    }
+                }
+            }
+        }
+        let after = snapshot(servers).await;
+        assert!(
+            wrong.is_empty(),
+            "{} server(s): keys in the reserved namespace were not refused with InvalidKey naming `redlock:`:\n  {}",
+            servers.len(),
+            wrong.join("\n  ")
+        );
+        assert_unchanged(&before, &after);
+        for server in servers {
+            assert_eq!(
+                server.cli(&["PUBSUB", "CHANNELS"]),
+                "",
+                "a channel was subscribed"
+            );
+        }
+        warm.release().await.unwrap();
+        assert_eq!(client.active_keys(), 0);
+        assert_eq!(client.watched_locks(), 0);
+    }
+}
+
+/// Every key of every server with its value (`DUMP`) and remaining lease (`PTTL`).
+type Snapshot = Vec<Vec<(Vec<u8>, Vec<u8>, i64)>>;
+
+/// Also when it was begun and finished.
+async fn snapshot(servers: &[RedisServer]) -> (Instant, Snapshot, Instant) {
+    let begun = Instant::now();
+    let mut all = Vec::new();
+    for server in servers {
+        let mut redis = raw(server).await;
+        let mut entries = Vec::new();
+        for key in keys(server).await {
+            let dump: Vec<u8> = redis::cmd("DUMP")
+                .arg(&key)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            let ttl: i64 = redis.pttl(&key).await.unwrap();
+            entries.push((key, dump, ttl));
+        }
+        all.push(entries);
+    }
+    (begun, all, Instant::now())
+}
+
+/// The same keys and values; every expiry unchanged (none added, removed, or
+/// extended: a lease only ran down by the time between the snapshots).
+fn assert_unchanged(before: &(Instant, Snapshot, Instant), after: &(Instant, Snapshot, Instant)) {
+    // The most that can have passed between two readings of one key.
+    let elapsed = (after.2 - before.0).as_millis() as i64 + 2;
+    let shown = |key: &[u8]| String::from_utf8_lossy(key).into_owned();
+    for (server, (was, now)) in before.1.iter().zip(&after.1).enumerate() {
+        let names = |entries: &[(Vec<u8>, Vec<u8>, i64)]| -> Vec<String> {
+            entries.iter().map(|(key, _, _)| shown(key)).collect()
+        };
+        assert_eq!(names(now), names(was), "server {server}: the keys changed");
+        for ((key, dump_was, ttl_was), (_, dump_now, ttl_now)) in was.iter().zip(now) {
+            assert_eq!(
+                dump_now,
+                dump_was,
+                "server {server}: {} changed",
+                shown(key)
+            );
+            let expiry_kept = if *ttl_was < 0 {
+                ttl_now == ttl_was
+            } else {
+                *ttl_now >= 0 && (0..=elapsed).contains(&(ttl_was - ttl_now))
+            };
+            assert!(
+                expiry_kept,
+                "server {server}: the expiry of {} went from {ttl_was} ms to {ttl_now} ms",
+                shown(key)
+            );
+        }
+    }
 }

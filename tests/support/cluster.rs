@@ -97,6 +97,115 @@ impl RedisCluster {
         }
     }
 
+    /// The cluster node id of node `node` (`CLUSTER MYID`).
+    pub fn node_id(&self, node: usize) -> String {
+        self.nodes[node].cli(&["CLUSTER", "MYID"])
+    }
+
+    /// The slot of `key`, as the cluster computes it (`CLUSTER KEYSLOT`).
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let live = self
+            .nodes
+            .iter()
+            .find(|node| node.pid().is_some())
+            .expect("a live node");
+        live.cli(&["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number")
+    }
+
+    /// The keys of `slot` stored on node `node` (`CLUSTER GETKEYSINSLOT`, up to 1000).
+    pub fn keys_in_slot(&self, node: usize, slot: u16) -> Vec<String> {
+        self.nodes[node]
+            .cli(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"])
+            .lines()
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Starts moving `slot` from master `source` to master `target` the way
+    /// `redis-cli --cluster reshard` does: IMPORTING on the target first, then
+    /// MIGRATING on the source. Until [`RedisCluster::finish_migration`], the source
+    /// answers ASK for keys it no longer has and TRYAGAIN to multi-key commands that
+    /// find only some of their keys; the target answers TRYAGAIN to multi-key commands
+    /// (sent after ASKING) that miss some of theirs.
+    pub fn start_migration(&self, slot: u16, source: usize, target: usize) {
+        let slot = slot.to_string();
+        let importing = self.nodes[target].cli(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot,
+            "IMPORTING",
+            &self.node_id(source),
+        ]);
+        assert_eq!(importing, "OK", "SETSLOT IMPORTING");
+        let migrating = self.nodes[source].cli(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot,
+            "MIGRATING",
+            &self.node_id(target),
+        ]);
+        assert_eq!(migrating, "OK", "SETSLOT MIGRATING");
+    }
+
+    /// Moves the keys of `slot` on `source` for which `chosen` holds to `target`
+    /// (`MIGRATE … KEYS`), leaving the others where they are; returns the keys moved.
+    pub fn migrate_keys(
+        &self,
+        slot: u16,
+        source: usize,
+        target: usize,
+        chosen: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let keys: Vec<String> = self
+            .keys_in_slot(source, slot)
+            .into_iter()
+            .filter(|key| chosen(key))
+            .collect();
+        if keys.is_empty() {
+            return keys;
+        }
+        let port = self.nodes[target].port().to_string();
+        let mut args = vec![
+            "MIGRATE",
+            "127.0.0.1",
+            &port,
+            "",
+            "0",
+            "5000",
+            "REPLACE",
+            "KEYS",
+        ];
+        args.extend(keys.iter().map(String::as_str));
+        let reply = self.nodes[source].cli(&args);
+        assert_eq!(reply, "OK", "MIGRATE {keys:?}");
+        keys
+    }
+
+    /// Ends a migration begun with [`RedisCluster::start_migration`]: moves the keys
+    /// of `slot` still on `source`, then assigns the slot to `target` on the target,
+    /// the source and every other master (the order `redis-cli --cluster reshard`
+    /// uses), so that the source answers MOVED from then on.
+    pub fn finish_migration(&self, slot: u16, source: usize, target: usize) {
+        // Keys may arrive between two rounds (a lock taken on the source meanwhile).
+        while !self.migrate_keys(slot, source, target, |_| true).is_empty() {}
+        let target_id = self.node_id(target);
+        let slot_text = slot.to_string();
+        let others = (0..self.nodes.len()).filter(|&node| node != source && node != target);
+        for node in [target, source].into_iter().chain(others) {
+            let alive = self.nodes[node].pid().is_some();
+            if !alive || !self.nodes[node].cli(&["ROLE"]).starts_with("master") {
+                continue;
+            }
+            let reply =
+                self.nodes[node].cli(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &target_id]);
+            assert_eq!(reply, "OK", "SETSLOT NODE on node {node}");
+        }
+    }
+
     fn wait_until_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

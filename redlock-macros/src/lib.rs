@@ -44,7 +44,7 @@ use proc_macro::TokenStream;
 /// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. Must be longer than zero. |
 /// | `hold_at_least` | duration string | none | Keeps the lock at least this long even if the body finishes sooner (e.g. to rate-limit a job). Must not exceed `lease` when both are given. |
 /// | `client` | expression | default client | The `LockClient` to use: a `LockClient`, `&LockClient` or `Arc<LockClient>`, e.g. `client = self.locks` or `client = &*LOCKS`. Omitted: the client set with `redlock_runtime::set_default_client`, or else one connected once to `REDLOCK_URL` (default `redis://127.0.0.1:6379/`). |
-/// | `on_lost` | `"abort"` or `"continue"` | `"abort"` | What happens when the lock is lost while the body runs (lease expired, key deleted): `"abort"` stops the body at its next `.await` and returns the `LockError`; `"continue"` lets it finish. |
+/// | `on_lost` | `"abort"` or `"continue"` | `"abort"` | What happens when the lock is lost while the body runs (lease expired, key deleted): `"abort"` stops the body at its next `.await` and returns the `LockError`; `"continue"` lets it finish. A body that ran to its end always returns its own result (see below). |
 ///
 /// Durations use [humantime]'s grammar: `"250ms"`, `"3s"`, `"1m30s"`, `"2h"`. They are
 /// parsed at compile time, so a typo is a compile error.
@@ -92,16 +92,21 @@ use proc_macro::TokenStream;
 ///         // on_lost = "abort": stop the body when the lock is lost.
 ///         () = guard.lost() => return Err(LockError::Lost { key: guard.key().to_owned() }.into()),
 ///     };
-///     guard.release().await?;
+///     // The body ran to its end: its result stands, even if the release finds the
+///     // lock gone (that is logged as a warning).
+///     let _ = guard.release().await;
 ///     result
 /// }
 /// ```
 ///
-/// The generated code also returns `Err(LockError::Lost)` if the release finds the lock
-/// gone with `on_lost = "abort"` — even when the body had completed: its work was then
-/// not exclusive for all of its run, and the caller should know (writes guarded by the
-/// fencing token were rejected by a storage that checks it). With `"continue"` such a
-/// release failure is logged and the body's result returned.
+/// **A body that completed keeps its result**, with either `on_lost`: when the release
+/// then finds the lock gone (its lease ran out, the key was deleted or taken), the
+/// function still returns what the body returned, and the loss is logged as a `tracing`
+/// warning with the key and the fencing token. Returning `Lost` instead would hide
+/// whether the work (a charge, a draw) was done, and invite a retry that does it twice.
+/// Inside the body, `current_lock().map(|lock| lock.is_lost())` tells whether the lock
+/// may be gone already; writes rely on the fencing token then. Only a body *stopped* by
+/// `on_lost = "abort"` returns `Err(LockError::Lost)`.
 ///
 /// Reentrancy: the generated code skips locking when the same task already holds the
 /// key *with the same client* through an enclosing `#[distributed_lock]` call. A nested

@@ -439,7 +439,7 @@ impl LockClientBuilder {
         let redlock = matches!(self.topology, Topology::Masters) && targets.len() > 1;
         config
             .validate(redlock)
-            .map_err(|reason| LockError::invalid_settings(reason))?;
+            .map_err(LockError::invalid_settings)?;
         if config.confirm_replicas.is_some() && matches!(self.topology, Topology::Cluster) {
             return Err(LockError::invalid_settings(
                 "confirm_replicas is for one server or Sentinel, not Redis Cluster",

@@ -41,11 +41,15 @@
 //! - **Watchdog**: without a `lease`, the lock is held with the client's watchdog lease
 //!   (30 s) and renewed every 10 s for as long as the guard lives; all locks of a
 //!   client are renewed in one pipelined round trip per tick.
-//! - **Fencing tokens**: one counter key per Redis server (per slot on a cluster),
-//!   incremented per acquisition and seeded from the server clock in microseconds when
-//!   missing, so tokens keep increasing even after Redis restarts empty.
+//! - **Fencing tokens**: one counter key per Redis server (per slot on a cluster);
+//!   each acquisition takes `max(counter + 1, server clock in µs)`, so tokens keep
+//!   increasing when the counter comes back stale or empty (restarts from a snapshot,
+//!   an AOF or without persistence, a lagging replica promoted), as long as the new
+//!   server's clock is not behind the old one's by more than the switch took.
 //! - **Keys**: the lock is stored under the key itself; `redlock:fence` holds the
-//!   counter; releases are published on `redlock:released:<key>`.
+//!   counter; releases are published on `redlock:released:<key>`. The `redlock:`
+//!   prefix is reserved: lock keys may not start with it.
+//! - **Redis needs** `maxmemory-policy noeviction` (checked at connect, with a warning).
 //!
 //! # Modes
 //! One server ([`LockClient::connect`]), RedLock over independent masters

@@ -129,7 +129,7 @@ impl Node {
             notifications,
             queueing: Queueing::from_config(config),
             response_timeout: config.response_timeout,
-            confirming: Confirming::new(config, Primary::Server(redis_client)),
+            confirming: Confirming::new(config, Primary::Server(Box::new(redis_client))),
         };
         if reachable {
             node.check_eviction_policy().await;
@@ -632,7 +632,7 @@ fn eviction_policy(reply: &Value) -> Option<String> {
 
 /// Where the connections for confirmed acquisitions go.
 enum Primary {
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     Sentinel(SentinelConnection),
 }
 
@@ -659,7 +659,7 @@ impl Confirming {
 
     async fn checkout(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         let (generation, client) = match &self.primary {
-            Primary::Server(client) => (0, client.clone()),
+            Primary::Server(client) => (0, (**client).clone()),
             Primary::Sentinel(sentinel) => sentinel.current_client(),
         };
         let reused = {

@@ -1,8 +1,10 @@
 //! RedLock over five independent redis-server processes, with masters killed and
 //! restarted empty.
 //!
-//! A master whose uptime is below the client's `max_lease` does not vote unless every
-//! master answers and none has served redlock yet (a fresh deployment). These tests
+//! A master that may have lost data (its restart marker is missing or names another
+//! Redis process) does not vote until the client's `max_lease` has passed since that
+//! was noticed, unless every master answers and none has served redlock yet (a fresh
+//! deployment). These tests
 //! start fresh masters, so each takes one lock with every master up
 //! ([`lock_once_with_all_up`]) before killing any: otherwise the survivors would sit
 //! out their quarantine and the test would measure that instead of its subject.
@@ -483,4 +485,218 @@ async fn a_hung_master_does_not_slow_release_extend_or_a_contended_acquire() {
         }
     }
     drop(paused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_not_held_up_by_a_hung_master() {
+    // A long wait used to hide nothing: the waiter subscribed on every master and
+    // waited for each confirmation, so a hung master's SUBSCRIBE cost the whole
+    // response timeout before the waiter could hear the release.
+    const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+    let masters = five_masters();
+    let client = || async {
+        LockClient::builder_for(masters.iter().map(RedisServer::url))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect to the masters")
+    };
+    let holder = client().await;
+    let rival = client().await;
+    lock_once_with_all_up(&holder).await;
+    lock_once_with_all_up(&rival).await;
+    let paused = Paused::new(&masters[4]);
+    let guard = holder
+        .lock("hung-wait")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("four of five masters answer");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.release().await
+    });
+    let started = Instant::now();
+    let next = rival
+        .lock("hung-wait")
+        .wait(Duration::from_secs(10))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the rival gets the lock after the release");
+    let took = started.elapsed();
+    release.await.unwrap().unwrap();
+    eprintln!("waiter with a hung master got the lock after {took:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "the waiter took {took:?} for a lock released after 200 ms (response timeout {RESPONSE_TIMEOUT:?})"
+    );
+    next.release().await.unwrap();
+    drop(paused);
+}
+
+#[tokio::test]
+async fn nothing_keeps_a_key_longer_than_max_lease() {
+    // A restarted master sits out `max_lease`; a lock that could outlive it by an
+    // extension or a minimum hold would be forgotten while still running.
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let client = LockClient::builder_for(masters.iter().map(RedisServer::url))
+        .max_lease(Duration::from_secs(5))
+        .watchdog_lease(Duration::from_secs(2))
+        .renew_every(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let refused = |result: Result<_, LockError>, what: &str| match result {
+        Err(LockError::InvalidOptions { reason, .. }) => {
+            assert!(reason.contains("max_lease"), "{what}: {reason}")
+        }
+        other => panic!("{what}: expected InvalidOptions naming max_lease, got {other:?}"),
+    };
+    refused(
+        client
+            .lock("long")
+            .lease(Duration::from_secs(6))
+            .acquire()
+            .await
+            .map(drop),
+        "lease",
+    );
+    refused(
+        client
+            .lock("long")
+            .hold_at_least(Duration::from_secs(3600))
+            .acquire()
+            .await
+            .map(drop),
+        "hold_at_least",
+    );
+    let guard = client
+        .lock("long")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    refused(guard.extend(Duration::from_secs(3600)).await, "extend");
+    for master in &masters {
+        let pttl: i64 = master.cli(&["PTTL", "long"]).trim().parse().unwrap();
+        assert!(
+            pttl <= 5_000,
+            "a refused extend changed the expiry: {pttl} ms"
+        );
+    }
+    guard.extend(Duration::from_secs(4)).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_max_lease_elsewhere_does_not_shorten_the_quarantine() {
+    // Clients with different `max_lease` share the masters' restart markers: one with
+    // a short quarantine must not end the quarantine another relies on.
+    let mut masters = five_masters();
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let long = || {
+        LockClient::builder_for(urls.clone())
+            .max_lease(Duration::from_secs(30))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(500))
+            .connect()
+    };
+    let a = long().await.unwrap();
+    let b = long().await.unwrap();
+    let short = LockClient::builder_for(urls.clone())
+        .max_lease(Duration::from_secs(1))
+        .watchdog_lease(Duration::from_secs(1))
+        .renew_every(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    lock_once_with_all_up(&a).await;
+    // The sequence: 4 and 5 down, A locks on 1, 2, 3, 4 and 5 come back empty,
+    // 3 restarts empty.
+    masters[3].kill();
+    masters[4].kill();
+    let guard = a
+        .lock("k")
+        .wait(Duration::from_secs(2))
+        .lease(Duration::from_secs(25))
+        .acquire()
+        .await
+        .expect("A locks on the three masters up");
+    masters[3].restart();
+    masters[4].restart();
+    masters[2].restart();
+    // The short client notices the restarts and, after its own second, counts them.
+    // (2.5 s: past a 1 s quarantine however it is counted, whole seconds included.)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for round in 0..3 {
+        let other = short
+            .lock(format!("other-{round}"))
+            .wait(Duration::from_secs(3))
+            .lease(Duration::from_millis(500))
+            .acquire()
+            .await
+            .expect("the short client votes with the restarted masters after 1 s");
+        other.release().await.ok();
+    }
+    let attempt = b
+        .lock("k")
+        .wait(Duration::from_millis(500))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await;
+    eprintln!(
+        "B's attempt: {:?}",
+        attempt.as_ref().map(|guard| guard.fencing_token())
+    );
+    assert!(
+        attempt.is_err(),
+        "B locked `k` through masters still in its 30 s quarantine while A held it"
+    );
+    assert!(!guard.is_lost());
+    drop(guard);
+}
+
+#[tokio::test]
+async fn a_master_that_lost_its_data_without_a_restart_does_not_vote_at_once() {
+    // A flush (or a replica promoted behind the master's address) loses locks without
+    // a restart: the process has run for longer than `max_lease`, but the data it
+    // serves has not. The quarantine starts when the loss is noticed.
+    let masters = five_masters();
+    let client = || {
+        LockClient::builder_for(masters.iter().map(RedisServer::url))
+            .max_lease(Duration::from_secs(1))
+            .watchdog_lease(Duration::from_secs(1))
+            .renew_every(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(500))
+            .connect()
+    };
+    let a = client().await.unwrap();
+    let b = client().await.unwrap();
+    lock_once_with_all_up(&a).await;
+    // Every master has now run for longer than max_lease.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let guard = a
+        .lock("flushed")
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    for master in &masters[2..] {
+        master.cli(&["FLUSHALL"]);
+    }
+    let attempt = b
+        .lock("flushed")
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await;
+    assert!(
+        attempt.is_err(),
+        "B locked through masters that had just lost A's lock"
+    );
+    drop(guard);
 }

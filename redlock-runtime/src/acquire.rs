@@ -121,21 +121,24 @@ impl LockRequest {
             hold_at_least,
         } = self;
         validate(&key, wait, lease, hold_at_least)?;
-        if let (Some(lease), Some(max_lease)) = (lease, client.inner.masters.max_lease())
-            && lease > max_lease
-        {
-            return Err(LockError::invalid_options(
-                &key,
-                format!(
-                    "lease of {lease:?} is longer than the client's max_lease ({max_lease:?}), \
-                     which RedLock needs to know how long a restarted master stays out of the vote; \
-                     raise it with LockClientBuilder::max_lease"
-                ),
-            ));
+        let masters = &client.inner.masters;
+        for (what, value) in [("lease", lease), ("hold_at_least", hold_at_least)] {
+            if let Some(value) = value {
+                check_max_lease(masters, &key, what, value)?;
+            }
         }
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(client.inner.config.watchdog_lease);
         let lease_ms = lease_millis(&key, lease)?;
+        if masters.validity(lease).is_zero() {
+            return Err(LockError::invalid_options(
+                &key,
+                format!(
+                    "lease of {lease:?} leaves no validity after RedLock's clock-drift allowance \
+                     (1 % of the lease + 2 ms); use a longer lease"
+                ),
+            ));
+        }
         let deadline = started + wait;
         let timeout = || LockError::Timeout {
             key: key.clone(),
@@ -148,7 +151,6 @@ impl LockRequest {
             .take_turn(&key, deadline)
             .await
             .ok_or_else(timeout)?;
-        let masters = &client.inner.masters;
         // A holder of this client that released into our hands (see `queue`).
         let mut baton = turn.take_baton();
         let mut listeners: Vec<Listener> = Vec::new();
@@ -334,13 +336,24 @@ async fn listen_everywhere(
             (listener, confirmed)
         })
         .unzip();
-    if let Ok(results) =
-        tokio::time::timeout_at(deadline, futures_util::future::join_all(confirmations)).await
-    {
-        for error in results.into_iter().filter_map(Result::err) {
-            tracing::debug!(%error, "redlock: subscription failed; waiting on the lease alone");
+    // A majority of confirmed subscriptions hears every release (RedLock publishes on
+    // every master): a master that hangs must not hold the waiter up.
+    let needed = client.inner.masters.quorum();
+    let mut pending: futures_util::stream::FuturesUnordered<_> =
+        confirmations.into_iter().collect();
+    let confirmed = async {
+        let mut confirmed = 0;
+        while confirmed < needed {
+            match futures_util::StreamExt::next(&mut pending).await {
+                Some(Ok(())) => confirmed += 1,
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "redlock: subscription failed; waiting on the lease alone");
+                }
+                None => break,
+            }
         }
-    }
+    };
+    let _ = tokio::time::timeout_at(deadline, confirmed).await;
     (listeners, all_live)
 }
 
@@ -458,6 +471,27 @@ fn validate(
         ));
     }
     Ok(())
+}
+
+/// With RedLock, nothing may keep a key longer than `max_lease`: a restarted master's
+/// quarantine is that long (see `masters`).
+pub(crate) fn check_max_lease(
+    masters: &crate::masters::Masters,
+    key: &str,
+    what: &str,
+    value: Duration,
+) -> Result<(), LockError> {
+    match masters.max_lease() {
+        Some(max_lease) if value > max_lease => Err(LockError::invalid_options(
+            key,
+            format!(
+                "{what} of {value:?} is longer than the client's max_lease ({max_lease:?}), \
+                 which RedLock needs to know how long a restarted master stays out of the vote; \
+                 raise it with LockClientBuilder::max_lease"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A lease in whole milliseconds, as Redis counts it; below one millisecond is refused.

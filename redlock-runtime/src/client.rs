@@ -383,12 +383,14 @@ impl LockClientBuilder {
 
     /// RedLock: the longest lease any lock on these masters may have (default 60 s, or
     /// the watchdog lease if longer). Longer leases are refused with
-    /// [`LockError::InvalidOptions`]. A master whose Redis process started less than
-    /// this long ago does not count toward a majority (unless every master answers
-    /// and none has ever held a lock: a fresh deployment), because it may have lost
-    /// locks that are still running: this is RedLock's "delayed restart", enforced by
-    /// the client. Give every client of the same masters the same value.
-    /// Counted in whole seconds (rounded up). Unused with one server.
+    /// [`LockError::InvalidOptions`], and so are longer extensions and `hold_at_least`.
+    /// A master that may have lost data (restarted, replaced by a promoted replica,
+    /// flushed: its marker names another Redis process, or is gone) does not count
+    /// toward a majority until this long after a client noticed (unless every master
+    /// answers and none has ever held a lock: a fresh deployment), because it may have
+    /// forgotten locks that are still running: this is RedLock's "delayed restart",
+    /// enforced by the client. Give every client of the same masters a value at least
+    /// as long as any lease any of them takes. Unused with one server.
     pub fn max_lease(mut self, lease: Duration) -> Self {
         self.config.max_lease = Some(lease);
         self

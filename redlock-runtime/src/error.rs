@@ -48,8 +48,9 @@ pub enum LockError {
     #[error("lock `{}`: the Redis key holds a {found} that redlock did not write; refusing to touch it", Preview(.key))]
     NotALock { key: String, found: String },
 
-    /// Fewer than a majority of the RedLock masters answered.
-    #[error("lock `{}`: only {reached} of the {needed} Redis masters needed for a majority answered", Preview(.key))]
+    /// Fewer than a majority of the RedLock masters answered and may vote (a master
+    /// that restarted or may have lost data less than `max_lease` ago does not).
+    #[error("lock `{}`: only {reached} of the {needed} Redis masters needed for a majority answered and may vote (a master that restarted or lost data less than max_lease ago does not)", Preview(.key))]
     NoQuorum {
         key: String,
         reached: usize,

@@ -53,6 +53,10 @@ impl LockState {
     pub(crate) fn begin_update(self: &Arc<Self>, lease: Duration) -> LeaseUpdate {
         let mut expiry = self.expiry();
         expiry.started += 1;
+        if expiry.in_flight > 0 {
+            // This one and those in flight overlap: none of them may set the estimate.
+            expiry.contended_upto = expiry.started;
+        }
         expiry.in_flight += 1;
         LeaseUpdate {
             state: self.clone(),
@@ -129,6 +133,8 @@ struct Expiry {
     /// Updates started so far, and still unanswered.
     started: u64,
     in_flight: u32,
+    /// Every update up to this one overlapped another.
+    contended_upto: u64,
 }
 
 /// One renewal or extension under way. Redis applies concurrent ones in an order the
@@ -162,7 +168,7 @@ impl LeaseUpdate {
         }
         let ours = self.state.nanos_after_origin(self.sent_at, self.lease);
         let mut expiry = self.state.expiry();
-        let alone = expiry.in_flight == 1 && expiry.started == self.ticket;
+        let alone = self.ticket > expiry.contended_upto;
         expiry.nanos = if confirmed && alone {
             ours
         } else {
@@ -290,6 +296,7 @@ impl LockGuard {
         let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
         let lease_ms = crate::acquire::lease_millis(&self.key, lease)?;
         let masters = &held.client.inner.masters;
+        crate::acquire::check_max_lease(masters, &self.key, "extend", lease)?;
         let update = held.state.begin_update(masters.validity(lease));
         let extended = match masters.extend(&self.key, &held.owner, lease_ms).await {
             Ok(extended) => extended,

@@ -10,10 +10,11 @@
 //!   decided as soon as the answers so far settle it: a master that hangs (no refusal,
 //!   just silence) costs nothing once a majority has answered. A master counts as a
 //!   vote only if its Redis process has vouched for its data for at least `max_lease`
-//!   (see [`Boot`]): one that restarted, empty or from a stale snapshot, may have
-//!   forgotten a lock that still runs, and stays out until every such lock has
-//!   expired. On failure the attempt is undone on every master in the background
-//!   (after the slow ones have answered), before retrying or returning.
+//!   (see [`Boot`]): one that restarted, empty or from a stale snapshot, or a replica
+//!   promoted behind its address, may have forgotten a lock that still runs, and stays
+//!   out until every such lock has expired. On failure the attempt is undone on every
+//!   master in a task of its own (again once the slow ones have answered), while the
+//!   caller retries or returns.
 //! - **Fencing**: each master returns its own next token (never below its clock in
 //!   µs: see `scripts`); the largest is chosen and written back to a majority of the
 //!   voters before the guard is handed out. Any later acquisition's majority shares a
@@ -26,6 +27,7 @@
 //!   masters that have not answered then finish in the background.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -68,19 +70,22 @@ pub(crate) struct Masters {
     node_timeout: Option<Duration>,
     response_timeout: Duration,
     confirm_replicas: Option<(usize, Duration)>,
-    /// RedLock: how long a restarted master stays out of the vote, in whole seconds.
-    quarantine_secs: u64,
+    /// RedLock: how long a master that may have lost data stays out of the vote.
+    max_lease: Duration,
+    /// Per master: a warning about its quarantine was logged (until it votes again).
+    warned: Vec<AtomicBool>,
 }
 
 impl Masters {
     pub(crate) fn new(nodes: Vec<Node>, config: &ClientConfig) -> Self {
-        let max_lease = config.max_lease();
+        let warned = nodes.iter().map(|_| AtomicBool::new(false)).collect();
         Masters {
             nodes: nodes.into_iter().map(Arc::new).collect(),
+            warned,
             node_timeout: config.node_timeout,
             response_timeout: config.response_timeout,
             confirm_replicas: config.confirm_replicas,
-            quarantine_secs: max_lease.as_secs() + u64::from(max_lease.subsec_nanos() > 0),
+            max_lease: config.max_lease(),
         }
     }
 
@@ -107,7 +112,7 @@ impl Masters {
 
     /// The longest lease a lock may have here (RedLock only; see `max_lease`).
     pub(crate) fn max_lease(&self) -> Option<Duration> {
-        (!self.is_single()).then(|| Duration::from_secs(self.quarantine_secs))
+        (!self.is_single()).then_some(self.max_lease)
     }
 
     /// Takes a waiter that gave up out of `key`'s queue.
@@ -158,7 +163,7 @@ impl Masters {
                 lease_ms,
                 previous_owner,
                 waiter,
-                quarantine_secs: None,
+                quarantine_ms: None,
             };
             return Ok(match self.confirm_replicas {
                 None => match node.acquire(&request).await?.0 {
@@ -181,7 +186,12 @@ impl Masters {
                             }
                         }
                         (Attempt::Acquired { .. }, _, confirmed) => {
-                            node.release(key, owner, 0).await.ok();
+                            if node.release(key, owner, 0).await.is_err() {
+                                // Undo in the background rather than leave it to its lease.
+                                let (node, key, owner) =
+                                    (node.clone(), key.to_owned(), owner.to_owned());
+                                tokio::spawn(async move { node.release(&key, &owner, 0).await });
+                            }
                             Outcome::NotReplicated { confirmed, needed }
                         }
                         (Attempt::Held { ttl }, _, _) => Outcome::Held { ttl, split: false },
@@ -199,7 +209,7 @@ impl Masters {
             .map(|(index, node)| {
                 let node = node.clone();
                 let (key, owner) = (key.to_owned(), owner.to_owned());
-                let quarantine_secs = Some(self.quarantine_secs);
+                let quarantine_ms = Some(self.max_lease.as_millis() as u64);
                 async move {
                     let request = AttemptRequest {
                         key: &key,
@@ -207,7 +217,7 @@ impl Masters {
                         lease_ms,
                         previous_owner: None,
                         waiter: None,
-                        quarantine_secs,
+                        quarantine_ms,
                     };
                     let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
                     (index, reply.ok().and_then(Result::ok))
@@ -270,7 +280,7 @@ impl Masters {
             None => {
                 // No valid majority: undo on every master, the silent ones once they answer.
                 self.finish_in_background(pending, Some((key.to_owned(), owner.to_owned())));
-                tally.warn_of_quarantine(&self.nodes, self.quarantine_secs);
+                self.warn_of_quarantine(&tally);
                 Ok(tally.failure(self.quorum()))
             }
         }
@@ -315,6 +325,20 @@ impl Masters {
             tokio::spawn(async move { while raising.next().await.is_some() {} });
         }
         raised >= self.quorum()
+    }
+
+    /// Logs once per quarantine which masters are out of the vote, and why.
+    fn warn_of_quarantine(&self, tally: &Tally) {
+        for (index, votes) in tally.voters() {
+            let was_warned = self.warned[index].swap(!votes, Ordering::Relaxed);
+            if !votes && !was_warned {
+                tracing::warn!(
+                    node = %self.nodes[index].url,
+                    max_lease = ?self.max_lease,
+                    "redlock: a master restarted or may have lost data; it does not count toward a majority until max_lease has passed"
+                );
+            }
+        }
     }
 
     /// Marks each master as vouching for its data, if it still runs the process with
@@ -695,17 +719,12 @@ impl Tally {
         }
     }
 
-    fn warn_of_quarantine(&self, nodes: &[Arc<Node>], quarantine_secs: u64) {
-        for (index, boot) in &self.answers {
-            if *boot != Boot::Votes && !self.all_blank() {
-                tracing::warn!(
-                    node = %nodes[*index].url,
-                    ?boot,
-                    quarantine_secs,
-                    "redlock: a master restarted less than max_lease ago; its vote counts once it has run that long"
-                );
-            }
-        }
+    /// The masters that answered, whether each may vote (for the warnings).
+    fn voters(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        let fresh = self.all_blank() && self.finished == self.masters;
+        self.answers
+            .iter()
+            .map(move |(index, boot)| (*index, fresh || *boot == Boot::Votes))
     }
 }
 

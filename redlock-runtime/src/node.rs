@@ -33,18 +33,21 @@ pub(crate) enum Attempt {
 }
 
 /// How a RedLock master's process relates to the data it serves (see
-/// `scripts::ACQUIRE`): may its answer count toward a majority?
+/// `scripts::ACQUIRE`): may its answer count toward a majority? A master is in
+/// quarantine from the moment a client finds its marker missing or naming another
+/// process, until `max_lease` has passed on its clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Boot {
-    /// Its process has vouched for its data since at least the quarantine (or no
-    /// check was asked for): it votes.
+    /// Its process has served its data for longer than the quarantine (or no check
+    /// was asked for): it votes.
     Votes,
-    /// It started less than the quarantine ago and has no marker: a master that has
-    /// never served a lock, or one that lost everything. Votes only when every master
-    /// of the client answers so (a fresh deployment). Carries its process's `run_id`.
+    /// In quarantine, having started with no marker at all: a master that has never
+    /// served a lock, or one that lost everything. Votes only when every master of the
+    /// client answers so (a fresh deployment). Carries its process's `run_id`.
     Blank(String),
-    /// It started less than the quarantine ago with another process's marker:
-    /// restarted from a snapshot or AOF that may miss recent locks. Does not vote.
+    /// In quarantine, having found another process's marker: restarted from a
+    /// snapshot or AOF, or a replica promoted behind the master's address; either may
+    /// miss recent locks. Does not vote.
     Restarted,
 }
 
@@ -315,7 +318,7 @@ impl Node {
     ) -> RedisResult<(Attempt, Boot)> {
         let key = request.key;
         let [queue, expiries] = self.connection.queue_keys(key);
-        let boot_key = match request.quarantine_secs {
+        let boot_key = match request.quarantine_ms {
             Some(_) => scripts::BOOT_KEY,
             None => key,
         };
@@ -339,7 +342,7 @@ impl Node {
             .arg(self.connection.publish_command())
             .arg(
                 request
-                    .quarantine_secs
+                    .quarantine_ms
                     .map(|secs| secs.to_string())
                     .unwrap_or_default(),
             )
@@ -586,8 +589,8 @@ pub(crate) struct AttemptRequest<'a> {
     pub(crate) previous_owner: Option<&'a str>,
     /// Set for an attempt that will wait if it fails (it takes a place in the queue).
     pub(crate) waiter: Option<Waiter<'a>>,
-    /// RedLock: the restart quarantine in whole seconds (see [`Boot`]).
-    pub(crate) quarantine_secs: Option<u64>,
+    /// RedLock: the restart quarantine in ms (see [`Boot`]).
+    pub(crate) quarantine_ms: Option<u64>,
 }
 
 /// Whether an error means the key's slot is moving between shards (resharding) or

@@ -22,11 +22,12 @@
 //! - they stay below 2^53, exact in Lua's doubles, until the year 2255.
 //!
 //! ## Restarted RedLock masters
-//! With RedLock, a master that lost its data (restarted empty, or from a stale
-//! snapshot) must not count toward a majority until every lock it may have forgotten
-//! has expired. The acquire script reports, on request, how the master's process
-//! relates to the restart marker [`BOOT_KEY`] (the `run_id` of the process that last
-//! vouched for the data): see [`Boot`](crate::node::Boot).
+//! With RedLock, a master that may have lost data (restarted empty or from a stale
+//! snapshot, a replica promoted behind its address, a flush) must not count toward a
+//! majority until every lock it may have forgotten has expired. The acquire script
+//! keeps a restart marker, [`BOOT_KEY`], naming the process that serves the data and
+//! since when; a change of process starts a quarantine there and then, which each
+//! client compares with its `max_lease`: see [`Boot`](crate::node::Boot).
 
 use std::sync::LazyLock;
 
@@ -53,10 +54,8 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// hand-off), this waiter's id (empty for an attempt that will not wait, and with
 /// RedLock, which keeps no queue), "1" if an earlier attempt may have registered it in
 /// the queue, how long a registration outlives the holder's lease (ms), release
-/// channel, publish command, and the restart quarantine in whole seconds (RedLock
-/// only, else empty). Redis counts uptime as the difference of two whole-second
-/// clock readings, up to a second more than has passed: the quarantine ends only once
-/// the uptime is *above* it.
+/// channel, publish command, and the restart quarantine in ms (RedLock only, else
+/// empty).
 ///
 /// A waiter that fails registers in the key's queue (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -67,26 +66,39 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// Returns `{1, token, handed, boot}` when acquired (`handed` = 1 if the previous
 /// owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
 /// reserved for another waiter, `{-1, type, boot}` when the key holds something redlock
-/// did not write. `boot`: 0 the master may vote, 2 it restarted less than the
-/// quarantine ago with another process's marker, or, with no marker, its process's
-/// `run_id` (for the client to adopt it only if it is still that process).
+/// did not write. `boot`: 0 the master may vote; 2 its quarantine runs and its data may
+/// be stale (another process's marker: a restart from a snapshot, a promoted replica);
+/// or, when its quarantine runs and it had no marker at all (a fresh master, or one
+/// that lost everything), its process's `run_id`, for the client to adopt it only if
+/// every master says the same and it is still that process.
+///
+/// The restart marker [`BOOT_KEY`] holds `<run_id>:<since µs>:<origin>`: the process
+/// that serves the data, since when (server clock) its quarantine runs (0: adopted as
+/// part of a fresh deployment), and whether it started `blank` or from `stale` data.
+/// Whenever the marker does not name the running process — a restart, a promotion, a
+/// flush — the quarantine starts anew at that moment, so data lost without a restart
+/// is caught too, and each client compares it with its own `max_lease`.
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r#"
 local boot = 0
 if ARGV[9] ~= '' then
-  local info = redis.call('INFO', 'server')
-  local run_id = string.match(info, 'run_id:(%w+)')
-  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 0
+  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  local now = redis.call('TIME')
+  local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
   local marker = redis.pcall('GET', KEYS[5])
-  if marker ~= run_id then
-    if uptime > tonumber(ARGV[9]) then
-      redis.call('SET', KEYS[5], run_id)
-    elseif type(marker) == 'string' then
-      boot = 2
-    else
-      boot = run_id
-    end
+  local id, since, origin
+  if type(marker) == 'string' then
+    id, since, origin = string.match(marker, '^(%w+):(%d+):(%a+)$')
+  end
+  if id ~= run_id then
+    if type(marker) == 'string' then origin = 'stale' else origin = 'blank' end
+    since = now_us
+    redis.call('SET', KEYS[5], run_id .. ':' .. string.format('%.0f', since) .. ':' .. origin)
+  end
+  since = tonumber(since)
+  if since ~= 0 and now_us - since <= tonumber(ARGV[9]) * 1000 then
+    if origin == 'blank' then boot = run_id else boot = 2 end
   end
 end
 local handed = 0
@@ -233,8 +245,8 @@ pub(crate) fn release_channel(key: &str) -> String {
 }
 
 /// KEYS: fence counter, restart marker. ARGV: token, the `run_id` of the process to
-/// adopt (write the marker for, if it is still the one running: see `Boot::Blank`),
-/// or empty. Raises the counter to the
+/// adopt (end its quarantine, if it is still the one running and started blank: see
+/// `Boot::Blank`), or empty. Raises the counter to the
 /// token if below it (RedLock: the token chosen from a majority is written back to it).
 pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
@@ -244,7 +256,10 @@ if current < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
 end
 if ARGV[2] ~= '' and string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') == ARGV[2] then
-  redis.call('SET', KEYS[2], ARGV[2])
+  local marker = redis.pcall('GET', KEYS[2])
+  if type(marker) == 'string' and string.match(marker, '^(%w+):%d+:blank$') == ARGV[2] then
+    redis.call('SET', KEYS[2], ARGV[2] .. ':0:blank')
+  end
 end
 return redis.status_reply('OK')
 "#,

@@ -1,13 +1,17 @@
-//! Fencing tokens never go backwards: not after Redis restarts from a snapshot or an AOF
-//! that missed the last increments, not after a lagging replica is promoted, not with
-//! RedLock masters restarting from snapshots, not after a cluster shard fails over.
-//! Also: a client warns when Redis may evict its keys.
+//! Fencing tokens never go backwards: not across keys, not after Redis restarts empty
+//! or from a snapshot or an AOF that missed the last increments, not after a lagging
+//! replica is promoted, not with RedLock masters restarting from snapshots, not after a
+//! cluster shard fails over. Also: a client warns when Redis may evict its keys.
+
+mod common;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{client, raw};
+use redis::AsyncCommands;
 use redlock_runtime::LockClient;
 use redlock_testkit::{RedisCluster, RedisServer};
 
@@ -65,6 +69,42 @@ async fn lock_rounds(client: &LockClient, rounds: usize, handed: &mut Handed, wh
 /// data rather than starting empty (an empty start is another, easier case).
 fn key_count(server: &RedisServer) -> u64 {
     server.cli(&["DBSIZE"]).parse().expect("DBSIZE")
+}
+
+#[tokio::test]
+async fn tokens_keep_increasing_across_keys_and_a_restart_without_persistence() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let mut last = 0;
+    for key in ["a", "b", "a", "c", "a"] {
+        let guard = client
+            .lock(key)
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+        guard.release().await.unwrap();
+    }
+    server.restart();
+    // The client reconnects by itself, reloads its scripts, and tokens keep growing.
+    let guard = client
+        .lock("a")
+        .wait(Duration::from_secs(10))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        guard.fencing_token() > last,
+        "{} <= {last}",
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+    // Distinct keys leave nothing behind but the one shared counter.
+    let keys: Vec<String> = raw(&server).await.keys("*").await.unwrap();
+    assert_eq!(keys, vec!["redlock:fence".to_string()]);
 }
 
 #[tokio::test]

@@ -1,33 +1,24 @@
 //! Releases that must free a lock for everyone, and nothing an acquisition or a release
 //! leaves behind: hold_at_least releases waking other processes' waiters, a client's own
 //! stale holder, try-locks that must not queue, acquires dropped mid-way, a body whose
-//! lock vanished, renewals racing releases and extends.
+//! lock vanished, renewals racing releases and extends, an early release keeping the key
+//! for hold_at_least, releases interrupted mid-way.
 //!
 //! Each `LockClient` stands for a process of its own: clients share nothing but Redis.
 //! Times are liveness bounds chosen far from the leases involved, never speed limits.
+
+mod common;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{client, raw};
 use rand::Rng;
 use redis::AsyncCommands;
 use redlock_runtime::{LockClient, LockError, LockGuard, current_lock, distributed_lock};
 use redlock_testkit::{RedisServer, redis_cli};
-
-async fn client(server: &RedisServer) -> LockClient {
-    LockClient::connect(&server.url()).await.expect("connect")
-}
-
-/// A plain connection of the test's own, for looking at Redis behind the clients' backs.
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
 
 /// Polls until none of `keys` exists on `server`, at most `limit`; returns how long it
 /// took, or the keys still there (with their PTTLs) when the limit ran out.
@@ -630,4 +621,59 @@ async fn a_short_extend_racing_a_renewal_never_leaves_the_guard_optimistic() {
     }
     guard.release().await.unwrap();
     drop(ballast);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. An early release keeps the key until the minimum hold ends.
+
+#[tokio::test]
+async fn hold_at_least_keeps_the_key_after_an_early_release() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let guard = client
+        .lock("job")
+        .lease(Duration::from_secs(30))
+        .hold_at_least(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let ttl: i64 = raw(&server).await.pttl("job").await.unwrap();
+    assert!(ttl > 0 && ttl <= 1500, "pttl {ttl}");
+    assert!(client.lock("job").acquire().await.unwrap_err().is_timeout());
+    let again = client
+        .lock("job")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    again.release().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. A release future dropped at any point still frees the lock.
+
+#[tokio::test]
+async fn an_interrupted_release_still_frees_the_lock() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let other = client(&server).await;
+    for micros in [0u64, 30, 100, 300] {
+        let guard = holder
+            .lock("interrupted")
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        let _ = tokio::time::timeout(Duration::from_micros(micros), guard.release()).await;
+        // Freed in the background long before the 60 s lease.
+        let next = other
+            .lock("interrupted")
+            .wait(Duration::from_secs(5))
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await
+            .expect("an interrupted release left the lock behind");
+        next.release().await.unwrap();
+    }
 }

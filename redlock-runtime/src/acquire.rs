@@ -181,7 +181,7 @@ impl LockRequest {
             // Armed until the outcome is known: dropped mid-way (during the script, a
             // replica confirmation or RedLock's fencing write-back), or failed with the
             // reply lost, whatever this attempt took is released in the background.
-            let undo = SpawnOnDrop::new({
+            let undo = SpawnOnDrop::new(|| {
                 let (client, key, owner) = (client.clone(), key.clone(), owner.clone());
                 async move {
                     let outcome = client.inner.masters.release(&key, &owner, 0).await;

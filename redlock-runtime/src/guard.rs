@@ -353,7 +353,7 @@ impl Held {
             .unwrap_or(0);
         // If this future is dropped before Redis has answered, release in the background
         // (compare-and-delete: harmless if it was done).
-        let unfinished = SpawnOnDrop::new({
+        let unfinished = SpawnOnDrop::new(|| {
             let (client, key, owner) = (client.clone(), key.to_owned(), owner.clone());
             async move {
                 let outcome = client.inner.masters.release(&key, &owner, keep).await;

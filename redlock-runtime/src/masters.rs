@@ -475,6 +475,24 @@ impl Masters {
     /// renewed it (`Some(true)`), a majority said it is gone (`Some(false)`), or too few
     /// masters answered to tell (`None`). Answers once every lock is decided.
     pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease_ms: u64) -> Vec<Option<bool>> {
+        if let [node] = self.nodes.as_slice() {
+            // One server: its answer is the whole decision, no copies or tasks needed.
+            return match tokio::time::timeout(self.response_timeout, node.renew(locks, lease_ms))
+                .await
+            {
+                Ok(Ok(per_lock)) if per_lock.len() == locks.len() => {
+                    per_lock.into_iter().map(|one| Some(one == 1)).collect()
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "redlock.renew failed");
+                    vec![None; locks.len()]
+                }
+                _ => {
+                    tracing::warn!("redlock.renew: no answer");
+                    vec![None; locks.len()]
+                }
+            };
+        }
         let shared: Arc<Vec<(String, String)>> = Arc::new(
             locks
                 .iter()

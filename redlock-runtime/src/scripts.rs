@@ -8,7 +8,9 @@
 //! One counter key, [`FENCE_KEY`], is shared by every lock of a Redis server (on a
 //! cluster, one per slot): the state fencing needs is bounded, however many lock names
 //! are ever used. Each acquisition takes `max(counter + 1, server clock in µs)` and
-//! writes it back. So a token is never below the clock of the server that issued it,
+//! writes it back (one `SET … GET` with the clock's digits in the common case: the
+//! counter is rewritten only on a tie). So a token is never below the clock of the
+//! server that issued it,
 //! and the counter is only ever needed to order acquisitions within one microsecond:
 //! - tokens strictly increase per key (across all keys of a server, in fact) while
 //!   the counter survives;
@@ -122,12 +124,14 @@ if acquired then
     redis.call(ARGV[8], ARGV[7], 'T')
   end
   local now = redis.call('TIME')
-  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.pcall('GET', KEYS[2]))
+  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local token = tonumber(clock)
+  local last = tonumber(redis.call('SET', KEYS[2], clock, 'GET'))
   if last and last >= token then
+    -- Two acquisitions within one microsecond, or a clock behind the counter.
     token = last + 1
+    redis.call('SET', KEYS[2], string.format('%.0f', token))
   end
-  redis.call('SET', KEYS[2], string.format('%.0f', token))
   return {1, token, handed, boot}
 end
 local ttl = redis.call('PTTL', KEYS[1])

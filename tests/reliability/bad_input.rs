@@ -130,6 +130,21 @@ async fn a_one_mib_key_is_refused_with_a_short_message() {
 }
 
 #[tokio::test]
+async fn a_key_one_byte_over_max_key_len_is_refused() {
+    // The boundary itself: the longest key allowed works (see
+    // `a_one_mib_key_is_refused_with_a_short_message`), one byte more is refused.
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let long = "k".repeat(redlock_runtime::MAX_KEY_LEN + 1);
+    let error = bounded("acquire", client.lock(long.as_str()).acquire())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LockError::InvalidKey { .. }), "{error}");
+    assert_eq!(error.key(), long, "the error carries the whole key");
+    assert_clean(&server, &client, &[]).await;
+}
+
+#[tokio::test]
 async fn keys_with_newlines_nul_bytes_spaces_and_emoji_work_byte_for_byte() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();

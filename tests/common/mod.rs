@@ -1,0 +1,109 @@
+//! Helpers shared by the behaviour tests (exclusion, waiting, hand_off, waitlist,
+//! watchdog, fencing, releases), included with `mod common;`.
+//!
+//! They use the runtime crate and the `redis` client, which the test kit
+//! (`tests/support/`, the package's library) cannot depend on. Each test binary compiles
+//! this module and uses a part of it, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redlock_runtime::{LockClient, LockGuard};
+use redlock_testkit::RedisServer;
+
+/// A client with default settings, standing for a process of its own: clients share
+/// nothing but Redis.
+pub async fn client(server: &RedisServer) -> LockClient {
+    LockClient::connect(&server.url()).await.expect("connect")
+}
+
+/// A plain connection of the test's own, for looking at Redis behind the clients' backs.
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Lets `waiter` (another client, so no hand-off) wait for `held`'s key, releases `held`
+/// 300 ms later, and returns how long after the release call the waiter had the lock.
+pub async fn next_owner_delay(held: LockGuard, waiter: LockClient) -> Duration {
+    let key = held.key().to_owned();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock(key)
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    waiting.await.unwrap().duration_since(released_at)
+}
+
+/// Calls of EVALSHA so far, from Redis's own statistics.
+pub fn evalsha_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One task per entry of `clients` takes `key` `rounds` times, holding it for `hold`;
+/// asserts that no two ever held it at once and returns every fencing token handed out.
+/// A client may appear several times: its tasks then wait for their turns inside it,
+/// while different clients wait on the waitlist in Redis.
+pub async fn take_turns(
+    clients: Vec<LockClient>,
+    key: &str,
+    rounds: usize,
+    hold: Duration,
+) -> Vec<u64> {
+    let in_section = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let in_section = in_section.clone();
+            let key = key.to_owned();
+            tokio::spawn(async move {
+                let mut tokens = Vec::new();
+                for _ in 0..rounds {
+                    let guard = client
+                        .lock(key.as_str())
+                        .wait(Duration::from_secs(30))
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        in_section.fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "two holders at once"
+                    );
+                    tokio::time::sleep(hold).await;
+                    in_section.fetch_sub(1, Ordering::SeqCst);
+                    tokens.push(guard.fencing_token());
+                    guard.release().await.unwrap();
+                }
+                tokens
+            })
+        })
+        .collect();
+    let mut tokens = Vec::new();
+    for task in tasks {
+        tokens.extend(task.await.unwrap());
+    }
+    tokens
+}

@@ -50,7 +50,19 @@ impl LockState {
     }
 
     /// Starts a renewal or an extension of the lease, sent after this call.
-    pub(crate) fn begin_update(self: &Arc<Self>, lease: Duration) -> LeaseUpdate {
+    pub(crate) fn begin_update(&self, lease: Duration) -> LeaseUpdate<'_> {
+        LeaseUpdate {
+            state: self,
+            ticket: self.start_update(),
+            sent_at: Instant::now(),
+            lease,
+            finished: false,
+        }
+    }
+
+    /// The ticket of an update about to be sent (see [`LeaseUpdate`]); the watchdog
+    /// keeps only these for its thousands of locks per tick.
+    pub(crate) fn start_update(&self) -> u64 {
         let mut expiry = self.expiry();
         expiry.started += 1;
         if expiry.in_flight > 0 {
@@ -58,13 +70,27 @@ impl LockState {
             expiry.contended_upto = expiry.started;
         }
         expiry.in_flight += 1;
-        LeaseUpdate {
-            state: self.clone(),
-            ticket: expiry.started,
-            sent_at: Instant::now(),
-            lease,
-            finished: false,
-        }
+        expiry.started
+    }
+
+    /// Ends the update `ticket`, sent at `sent_at` for `lease`: `confirmed` when Redis
+    /// said it was applied, otherwise its outcome is unknown.
+    pub(crate) fn finish_update(
+        &self,
+        ticket: u64,
+        sent_at: Instant,
+        lease: Duration,
+        confirmed: bool,
+    ) {
+        let ours = self.nanos_after_origin(sent_at, lease);
+        let mut expiry = self.expiry();
+        let alone = ticket > expiry.contended_upto;
+        expiry.nanos = if confirmed && alone {
+            ours
+        } else {
+            expiry.nanos.min(ours)
+        };
+        expiry.in_flight -= 1;
     }
 
     pub(crate) fn expires_at(&self) -> Instant {
@@ -142,15 +168,15 @@ struct Expiry {
 /// after it, or before), so only an update that nothing overlapped may set the local
 /// estimate; any other outcome can only lower it. So the estimate is never later than
 /// Redis's expiry. Dropped unfinished (its future cancelled), it counts as unknown.
-pub(crate) struct LeaseUpdate {
-    state: Arc<LockState>,
+pub(crate) struct LeaseUpdate<'a> {
+    state: &'a LockState,
     ticket: u64,
     sent_at: Instant,
     lease: Duration,
     finished: bool,
 }
 
-impl LeaseUpdate {
+impl LeaseUpdate<'_> {
     /// Redis confirmed the new lease.
     pub(crate) fn confirmed(mut self) {
         self.finish(true);
@@ -163,22 +189,14 @@ impl LeaseUpdate {
     }
 
     fn finish(&mut self, confirmed: bool) {
-        if std::mem::replace(&mut self.finished, true) {
-            return;
+        if !std::mem::replace(&mut self.finished, true) {
+            self.state
+                .finish_update(self.ticket, self.sent_at, self.lease, confirmed);
         }
-        let ours = self.state.nanos_after_origin(self.sent_at, self.lease);
-        let mut expiry = self.state.expiry();
-        let alone = self.ticket > expiry.contended_upto;
-        expiry.nanos = if confirmed && alone {
-            ours
-        } else {
-            expiry.nanos.min(ours)
-        };
-        expiry.in_flight -= 1;
     }
 }
 
-impl Drop for LeaseUpdate {
+impl Drop for LeaseUpdate<'_> {
     fn drop(&mut self) {
         self.finish(false);
     }

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use tokio::time::Instant;
+
 use crate::client::{ClientInner, LockClient};
 use crate::guard::LockState;
 
@@ -101,28 +103,29 @@ pub(crate) async fn renew_all(client: &ClientInner) {
         .collect();
     let valid_for = client.masters.validity(lease);
     // Started before the pipeline is sent (see `LeaseUpdate`).
-    let updates: Vec<_> = locks
+    let sent_at = Instant::now();
+    let tickets: Vec<u64> = locks
         .iter()
-        .map(|(_, watched)| watched.state.begin_update(valid_for))
+        .map(|(_, watched)| watched.state.start_update())
         .collect();
     let renewed = client.masters.renew(&pairs, lease_ms).await;
-    for (((id, watched), renewed), update) in locks.iter().zip(renewed).zip(updates) {
+    for (((id, watched), renewed), ticket) in locks.iter().zip(renewed).zip(tickets) {
+        let state = &watched.state;
+        state.finish_update(ticket, sent_at, valid_for, renewed == Some(true));
         match renewed {
-            Some(true) => update.confirmed(),
+            Some(true) => {}
             Some(false) => {
-                update.unknown();
                 // A lock released meanwhile (its guard forgot it) is not lost: a release
                 // that keeps the key for `hold_at_least` changes its value.
                 if client.watchdog.forget(*id) {
                     tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
-                    watched.state.mark_lost();
+                    state.mark_lost();
                 }
             }
             None => {
-                update.unknown();
-                if watched.state.is_lost() && client.watchdog.forget(*id) {
+                if state.is_lost() && client.watchdog.forget(*id) {
                     tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
-                    watched.state.mark_lost();
+                    state.mark_lost();
                 }
             }
         }

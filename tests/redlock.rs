@@ -395,6 +395,25 @@ async fn late_in_a_wall_clock_second() {
 
 /// SIGSTOPs a master; SIGCONTs it when dropped, panic or not, so that the kill on
 /// drop reaps a running process.
+/// Two clients of `masters` (a holder and a rival), each past its first lock.
+async fn two_warm_clients(
+    masters: &[RedisServer],
+    response_timeout: Duration,
+) -> (LockClient, LockClient) {
+    let client = || async {
+        LockClient::builder_for(masters.iter().map(RedisServer::url))
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(response_timeout)
+            .connect()
+            .await
+            .expect("connect to the masters")
+    };
+    let (holder, rival) = (client().await, client().await);
+    lock_once_with_all_up(&holder).await;
+    lock_once_with_all_up(&rival).await;
+    (holder, rival)
+}
+
 struct Paused<'a>(&'a RedisServer);
 
 impl<'a> Paused<'a> {
@@ -419,18 +438,7 @@ async fn a_hung_master_does_not_slow_release_extend_or_a_contended_acquire() {
     // Well under the response timeout; today each operation takes it in full.
     const PROMPT: Duration = Duration::from_millis(1500);
     let masters = five_masters();
-    let client = || async {
-        LockClient::builder_for(masters.iter().map(RedisServer::url))
-            .connect_timeout(Duration::from_millis(300))
-            .response_timeout(RESPONSE_TIMEOUT)
-            .connect()
-            .await
-            .expect("connect to the masters")
-    };
-    let holder = client().await;
-    let rival = client().await;
-    lock_once_with_all_up(&holder).await;
-    lock_once_with_all_up(&rival).await;
+    let (holder, rival) = two_warm_clients(&masters, RESPONSE_TIMEOUT).await;
 
     let paused = Paused::new(&masters[4]);
     let started = Instant::now();
@@ -494,18 +502,7 @@ async fn a_waiter_is_not_held_up_by_a_hung_master() {
     // response timeout before the waiter could hear the release.
     const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
     let masters = five_masters();
-    let client = || async {
-        LockClient::builder_for(masters.iter().map(RedisServer::url))
-            .connect_timeout(Duration::from_millis(300))
-            .response_timeout(RESPONSE_TIMEOUT)
-            .connect()
-            .await
-            .expect("connect to the masters")
-    };
-    let holder = client().await;
-    let rival = client().await;
-    lock_once_with_all_up(&holder).await;
-    lock_once_with_all_up(&rival).await;
+    let (holder, rival) = two_warm_clients(&masters, RESPONSE_TIMEOUT).await;
     let paused = Paused::new(&masters[4]);
     let guard = holder
         .lock("hung-wait")

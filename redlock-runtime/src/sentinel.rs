@@ -79,8 +79,8 @@ impl SentinelConnection {
         let _ = self.shared.on_switch.set(action);
     }
 
-    /// The connection to the current primary, and the generation it belongs to.
-    pub(crate) fn current(&self) -> (u64, ConnectionManager) {
+    /// The current primary, and the generation it belongs to.
+    fn primary(&self) -> (u64, Primary) {
         let primary = self
             .shared
             .current
@@ -88,22 +88,21 @@ impl SentinelConnection {
             .unwrap_or_else(|e| e.into_inner());
         (
             self.shared.generation.load(Ordering::Acquire),
-            primary.connection.clone(),
+            primary.clone(),
         )
+    }
+
+    /// The connection to the current primary, and the generation it belongs to.
+    pub(crate) fn current(&self) -> (u64, ConnectionManager) {
+        let (generation, primary) = self.primary();
+        (generation, primary.connection)
     }
 
     /// A client for the current primary (for connections of their own), and the
     /// generation it belongs to.
     pub(crate) fn current_client(&self) -> (u64, redis::Client) {
-        let primary = self
-            .shared
-            .current
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        (
-            self.shared.generation.load(Ordering::Acquire),
-            primary.client.clone(),
-        )
+        let (generation, primary) = self.primary();
+        (generation, primary.client)
     }
 
     /// Asks the sentinels for the primary; moves there if it changed since `seen`.

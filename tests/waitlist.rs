@@ -64,3 +64,60 @@ async fn a_dead_waiter_first_on_the_waitlist_costs_the_others_only_the_grace() {
         "the live waiter waited {delay:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_not_left_asleep_when_the_key_passes_to_a_shorter_lease() {
+    // Found by the model check (tests/model.rs): a waiter sleeps until the end of the
+    // lease it was told. When the key passes to a holder with a shorter lease (here by a
+    // reservation; a hand-off inside a client is the same) and that holder dies, the key
+    // is free while the waiter sleeps on — unless the new lease is announced (`T:<ms>`).
+    let server = RedisServer::start();
+    let (holder, first, second) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let held = holder
+        .lock("mixed")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // `first` joins the waitlist before `second`, so the release reserves the key for it.
+    let first_waits = tokio::spawn(async move {
+        let guard = first
+            .lock("mixed")
+            .wait(Duration::from_secs(10))
+            .lease(Duration::from_millis(300))
+            .acquire()
+            .await
+            .unwrap();
+        // Its process dies holding the lock: no release, the lease runs out.
+        std::mem::forget(guard);
+        std::time::Instant::now()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second_waits = tokio::spawn(async move {
+        // Told "10 s left" by its first attempt.
+        let guard = second
+            .lock("mixed")
+            .wait(Duration::from_secs(9))
+            .lease(Duration::from_secs(1))
+            .acquire()
+            .await;
+        (guard, std::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let first_died_at = first_waits.await.unwrap();
+    let (guard, second_got_at) = second_waits.await.unwrap();
+    let guard = guard.expect("the second waiter gets the key once the short lease ends");
+    let delay = second_got_at - first_died_at;
+    eprintln!("the second waiter got the key {delay:?} after the first took it (lease 300 ms)");
+    assert!(
+        delay < Duration::from_secs(2),
+        "the second waiter slept {delay:?} on a key whose 300 ms holder had died \
+         (it had been told 10 s)"
+    );
+    guard.release().await.unwrap();
+}

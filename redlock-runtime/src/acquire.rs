@@ -269,7 +269,12 @@ impl LockRequest {
                                     let grace = client.inner.config.reservation_grace;
                                     fallback = Some(Instant::now() + grace + Duration::from_millis(5));
                                 }
-                                Release::Taken => fallback = None,
+                                Release::Taken(None) => fallback = None,
+                                // Taken by a holder whose lease may end sooner than the
+                                // one this waiter was told.
+                                Release::Taken(Some(lease)) => {
+                                    fallback = Some(Instant::now() + lease + Duration::from_millis(1));
+                                }
                                 // Kept for `hold_at_least`: free when that ends.
                                 Release::Kept(rest) => {
                                     fallback = Some(Instant::now() + rest + Duration::from_millis(1));

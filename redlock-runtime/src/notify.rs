@@ -56,8 +56,9 @@ pub(crate) enum Release {
     ForUs,
     /// The key is reserved for another client's waiter: wait (a little, in case it died).
     ForAnother,
-    /// A reserved key was taken: keep waiting.
-    Taken,
+    /// A reserved key was taken (or handed off), with the new holder's lease when
+    /// the message says it: keep waiting, but not past that lease.
+    Taken(Option<Duration>),
     /// The holder released early but keeps the key this much longer (`hold_at_least`):
     /// try when that ends.
     Kept(Duration),
@@ -66,11 +67,9 @@ pub(crate) enum Release {
 impl Release {
     fn parse(payload: &[u8], ours: &[String]) -> Self {
         match payload {
-            b"T" => Release::Taken,
-            [b'K', b':', rest @ ..] => std::str::from_utf8(rest)
-                .ok()
-                .and_then(|ms| ms.parse().ok())
-                .map_or(Release::Free, |ms| Release::Kept(Duration::from_millis(ms))),
+            b"T" => Release::Taken(None),
+            [b'T', b':', rest @ ..] => Release::Taken(millis(rest)),
+            [b'K', b':', rest @ ..] => millis(rest).map_or(Release::Free, Release::Kept),
             [b'R', b':', id @ ..] if ours.iter().any(|ours| ours.as_bytes() == id) => {
                 Release::ForUs
             }
@@ -86,6 +85,15 @@ impl Release {
             _ => later,
         }
     }
+}
+
+/// A duration in ms, as the scripts write it.
+fn millis(text: &[u8]) -> Option<Duration> {
+    std::str::from_utf8(text)
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
 }
 
 /// The channels some waiter of this client listens to.
@@ -376,5 +384,38 @@ async fn run_subscriptions(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_messages_say_who_may_try_and_until_when() {
+        let ours = vec!["a:1".to_owned()];
+        assert_eq!(Release::parse(b"", &ours), Release::Free);
+        assert_eq!(Release::parse(b"R:a:1", &ours), Release::ForUs);
+        assert_eq!(Release::parse(b"R:b:7", &ours), Release::ForAnother);
+        assert_eq!(Release::parse(b"T", &ours), Release::Taken(None));
+        assert_eq!(
+            Release::parse(b"T:250", &ours),
+            Release::Taken(Some(Duration::from_millis(250)))
+        );
+        assert_eq!(
+            Release::parse(b"K:1000", &ours),
+            Release::Kept(Duration::from_secs(1))
+        );
+        // Garbage after K: is treated as a plain release: trying costs one attempt.
+        assert_eq!(Release::parse(b"K:x", &ours), Release::Free);
+        // A message that asks to try outlives later news until it is read.
+        assert_eq!(
+            Release::merge(Some(Release::Free), Release::Taken(None)),
+            Release::Free
+        );
+        assert_eq!(
+            Release::merge(Some(Release::ForAnother), Release::Taken(None)),
+            Release::Taken(None)
+        );
     }
 }

@@ -63,7 +63,8 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// one holds each registration's expiry, so that waiters that died are dropped); a
 /// release reserves the key for the queue's head (`reserved:<id>`, for a short grace)
 /// and names it in its message; the named waiter's attempt takes the reservation and
-/// announces it (`T`), the others keep waiting without a round trip.
+/// announces it with its lease (`T:<ms>`; a hand-off inside a client does the same),
+/// the others keep waiting without a round trip, until that lease ends at the latest.
 ///
 /// Returns `{1, token, handed, boot}` when acquired (`handed` = 1 if the previous
 /// owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
@@ -120,8 +121,11 @@ if acquired then
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('ZREM', KEYS[4], ARGV[4])
   end
-  if reserved then
-    redis.call(ARGV[8], ARGV[7], 'T')
+  if reserved or handed == 1 then
+    -- The key changed hands: tell the other waiters when the new lease ends, which may
+    -- be sooner than the lease they were told (tests/model.rs found them asleep on a
+    -- free key otherwise).
+    redis.call(ARGV[8], ARGV[7], 'T:' .. ARGV[2])
   end
   local now = redis.call('TIME')
   local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::cleanup::SpawnOnDrop;
-use crate::client::{LockClient, MAX_KEY_LEN};
+use crate::client::LockClient;
+use crate::config::MAX_KEY_LEN;
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
 use crate::masters::Outcome;

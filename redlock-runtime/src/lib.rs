@@ -65,6 +65,7 @@
 mod acquire;
 mod cleanup;
 mod client;
+mod config;
 mod connection;
 mod error;
 mod guard;
@@ -75,10 +76,12 @@ mod notify;
 mod queue;
 mod scripts;
 mod sentinel;
+mod state;
 mod watchdog;
 
 pub use acquire::LockRequest;
-pub use client::{DEFAULT_MAX_LEASE, DEFAULT_URL, LockClient, LockClientBuilder, MAX_KEY_LEN};
+pub use client::{LockClient, LockClientBuilder};
+pub use config::{DEFAULT_MAX_LEASE, DEFAULT_URL, MAX_KEY_LEN};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use macro_support::{CurrentLock, current_lock, default_client, set_default_client};

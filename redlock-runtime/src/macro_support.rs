@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::LockError;
-use crate::guard::LockState;
+use crate::state::LockState;
 
 tokio::task_local! {
     static HELD: Arc<HeldLock>;

@@ -34,7 +34,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::client::ClientConfig;
+use crate::config::ClientConfig;
 use crate::error::LockError;
 use crate::node::{Attempt, AttemptRequest, Boot, Node, Waiter};
 

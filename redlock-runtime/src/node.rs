@@ -10,7 +10,7 @@ use redis::aio::{
 use redis::{AsyncConnectionConfig, ProtocolVersion, RedisResult, Value};
 use tokio::time::Instant;
 
-use crate::client::ClientConfig;
+use crate::config::ClientConfig;
 use crate::connection::{Connection, slot_of};
 use crate::error::LockError;
 use crate::notify::{self, Listener, ReleaseNotifications};

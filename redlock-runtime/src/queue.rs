@@ -21,6 +21,8 @@
 //! usual and every waiter, in any client, gets its chance.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -28,13 +30,24 @@ use std::time::Duration;
 use tokio::sync::{OwnedMutexGuard, oneshot};
 use tokio::time::Instant;
 
-use crate::guard::LockState;
+/// What the turn needs of the lock its holder took: to know when it is gone, so that
+/// the turn goes on even if the holder's guard lives on. (The lock's state implements
+/// it; the turn stays below the state, which holds the turn.)
+pub(crate) trait Holder: Send + Sync {
+    /// Resolves when the lock is known lost or its lease ran out (which hands the
+    /// turn on, unless its release is under way).
+    fn gone(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// The lease may have run out (the local, conservative estimate).
+    fn lease_ran_out(&self) -> bool;
+    /// Lets the next in line (or a try-lock) have the turn.
+    fn hand_on_turn(&self);
+}
 
 /// One key's queue: the fair mutex, and the state of the lock its holder took.
 #[derive(Default)]
 struct Entry {
     turn: Arc<tokio::sync::Mutex<()>>,
-    holder: Mutex<Weak<LockState>>,
+    holder: Mutex<Option<Weak<dyn Holder>>>,
     holder_changed: tokio::sync::Notify,
     /// Set while one waiter watches the holder's lease on behalf of all: a hand-off
     /// then wakes one watcher, not every waiter.
@@ -175,7 +188,8 @@ impl LocalQueues {
                         .holder
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .upgrade();
+                        .as_ref()
+                        .and_then(Weak::upgrade);
                     match holder {
                         Some(holder) if holder.lease_ran_out() => {
                             holder.hand_on_turn();
@@ -226,7 +240,7 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     let mut duty: Option<WatchDuty<'_>> = None;
     // The holder whose lease this waiter saw end: watching it again would return at
     // once, forever, while its release is still on its way to Redis.
-    let mut seen_gone: Weak<LockState> = Weak::new();
+    let mut seen_gone: Option<Weak<dyn Holder>> = None;
     loop {
         if duty.is_none() && !entry.watched.swap(true, Ordering::AcqRel) {
             duty = Some(WatchDuty(entry));
@@ -246,14 +260,19 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
             .holder
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .upgrade();
-        let holder = holder.filter(|holder| !Weak::ptr_eq(&Arc::downgrade(holder), &seen_gone));
+            .as_ref()
+            .and_then(Weak::upgrade);
+        let holder = holder.filter(|holder| {
+            !seen_gone
+                .as_ref()
+                .is_some_and(|seen| Weak::ptr_eq(&Arc::downgrade(holder), seen))
+        });
         let holder_gone = async {
             match &holder {
                 // Resolves when the holder's lock is lost or its lease ran out; that
                 // hands the turn on (unless its release is under way), and the turn
                 // then comes in line.
-                Some(holder) => holder.lost().await,
+                Some(holder) => holder.gone().await,
                 None => std::future::pending().await,
             }
         };
@@ -261,7 +280,7 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
             guard = &mut in_line => return guard,
             () = holder_gone => {
                 if let Some(holder) = &holder {
-                    seen_gone = Arc::downgrade(holder);
+                    seen_gone = Some(Arc::downgrade(holder));
                 }
             }
             () = &mut changed => {}
@@ -353,7 +372,7 @@ impl LocalTurn {
     }
 
     /// Records the lock this turn's holder took, for the waiters to watch.
-    pub(crate) fn set_holder(&self, state: Weak<LockState>) {
+    pub(crate) fn set_holder(&self, state: Option<Weak<dyn Holder>>) {
         if let Some(entry) = &self.entry {
             *entry.holder.lock().unwrap_or_else(|e| e.into_inner()) = state;
             entry.holder_changed.notify_waiters();
@@ -366,7 +385,7 @@ impl Drop for LocalTurn {
         // Hand the turn on first, then forget the key if nobody else holds a handle to it:
         // every handle is cloned under the map's lock, so the count cannot grow meanwhile.
         if self.guard.is_some() {
-            self.set_holder(Weak::new());
+            self.set_holder(None);
         }
         drop(self.guard.take());
         drop(self.entry.take());

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::time::Instant;
 
 use crate::client::{ClientInner, LockClient};
-use crate::guard::LockState;
+use crate::state::LockState;
 
 struct Watched {
     key: String,

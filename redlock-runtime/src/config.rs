@@ -1,0 +1,150 @@
+//! The client's settings, their limits, and how they are checked; what may be shown
+//! of a URL. Plain data and plain functions: everything above reads them from here.
+
+use std::time::Duration;
+
+/// The URL `LockClient::from_env` uses when `REDLOCK_URL` is not set.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+
+/// Longest key accepted, in bytes. Redis would take far longer ones, but a lock name
+/// that long is a bug (a whole payload formatted into the key), and it would be copied
+/// into every command and message.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// Settings of a `LockClient`; see `LockClientBuilder`.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientConfig {
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) renew_every: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) confirm_replicas: Option<(usize, Duration)>,
+    pub(crate) reservation_grace: Duration,
+    pub(crate) max_lease: Option<Duration>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            watchdog_lease: Duration::from_secs(30),
+            renew_every: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(3),
+            node_timeout: None,
+            confirm_replicas: None,
+            reservation_grace: Duration::from_millis(100),
+            max_lease: None,
+        }
+    }
+}
+
+/// Longest value any duration setting accepts (as for leases and waits: an instant
+/// that far ahead would overflow the clock).
+const MAX_SETTING: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The default of `LockClientBuilder::max_lease` (or the watchdog lease, if longer).
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
+
+/// Longest accepted `LockClientBuilder::reservation_grace`: a waiter that died while
+/// first in line makes every other waiter wait that long.
+const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(60);
+
+impl ClientConfig {
+    /// The longest lease a lock may have on RedLock masters, and so how long a master
+    /// that restarted stays out of the vote.
+    pub(crate) fn max_lease(&self) -> Duration {
+        self.max_lease
+            .unwrap_or_else(|| DEFAULT_MAX_LEASE.max(self.watchdog_lease))
+    }
+
+    /// Checks every setting at its edges; the error names the setting.
+    pub(crate) fn validate(&self, redlock: bool) -> Result<(), String> {
+        let at_least_a_millisecond = |what: &str, value: Duration| {
+            if value < Duration::from_millis(1) {
+                Err(format!(
+                    "{what} of {value:?} is below Redis's 1 ms resolution; use at least 1 ms"
+                ))
+            } else if value > MAX_SETTING {
+                Err(format!(
+                    "{what} of {value:?} is longer than the limit of 100 years"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least_a_millisecond("watchdog_lease", self.watchdog_lease)?;
+        at_least_a_millisecond("renew_every", self.renew_every)?;
+        at_least_a_millisecond("response_timeout", self.response_timeout)?;
+        at_least_a_millisecond("connect_timeout", self.connect_timeout)?;
+        if let Some(node_timeout) = self.node_timeout {
+            at_least_a_millisecond("node_timeout", node_timeout)?;
+        }
+        if let Some(max_lease) = self.max_lease {
+            at_least_a_millisecond("max_lease", max_lease)?;
+        }
+        if self.renew_every >= self.watchdog_lease {
+            return Err(format!(
+                "renew_every ({:?}) must be shorter than watchdog_lease ({:?})",
+                self.renew_every, self.watchdog_lease
+            ));
+        }
+        if self.reservation_grace > MAX_RESERVATION_GRACE {
+            return Err(format!(
+                "reservation_grace of {:?} is longer than the limit of {MAX_RESERVATION_GRACE:?} \
+                 (a waiter that died first in line would hold up every other waiter that long)",
+                self.reservation_grace
+            ));
+        }
+        if let Some((replicas, timeout)) = self.confirm_replicas {
+            if replicas == 0 {
+                return Err("confirm_replicas needs at least one replica".into());
+            }
+            // `WAIT` with 0 ms would block forever.
+            at_least_a_millisecond("the confirm_replicas timeout", timeout)?;
+            if timeout >= self.response_timeout {
+                return Err(format!(
+                    "the confirm_replicas timeout ({timeout:?}) must be shorter than the response_timeout ({:?})",
+                    self.response_timeout
+                ));
+            }
+            if redlock {
+                return Err(
+                    "confirm_replicas is for one server or Sentinel, not RedLock (a majority of masters is the confirmation there)".into(),
+                );
+            }
+        }
+        if redlock && self.watchdog_lease > self.max_lease() {
+            return Err(format!(
+                "watchdog_lease ({:?}) must not be longer than max_lease ({:?})",
+                self.watchdog_lease,
+                self.max_lease()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Hides the password of a URL shown in errors and logs.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("redis://:s3cret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+    }
+}

@@ -1,0 +1,220 @@
+//! The state of one held lock, shared by its guard, the watchdog, `current_lock()` and
+//! the waiters of its client: whether it is known lost, and until when its lease surely
+//! lasts. It holds its client's turn at the key and hands it on once the lock is gone.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::queue::{Holder, LocalTurn};
+
+/// What the guard, the watchdog and `lost()` futures share about one held lock.
+pub(crate) struct LockState {
+    lost: watch::Sender<bool>,
+    /// When the lease runs out at the latest: measured from before the command that set
+    /// it was sent, so never later than Redis's view (see [`LeaseUpdate`]).
+    expiry: Mutex<Expiry>,
+    origin: Instant,
+    /// This client's turn at the key; handed on as soon as the lock is known lost.
+    turn: Mutex<Option<LocalTurn>>,
+}
+
+impl LockState {
+    pub(crate) fn new(sent_at: Instant, lease: Duration, turn: LocalTurn) -> Arc<Self> {
+        let state = LockState {
+            lost: watch::Sender::new(false),
+            expiry: Mutex::new(Expiry::default()),
+            origin: sent_at,
+            turn: Mutex::new(None),
+        };
+        state.expiry().nanos = state.nanos_after_origin(sent_at, lease);
+        let state = Arc::new(state);
+        // The turn is stored before waiters learn of the holder, so that a lease
+        // already run out finds a turn to hand on.
+        let mut slot = state.turn.lock().unwrap_or_else(|e| e.into_inner());
+        let holder: Weak<dyn Holder> = Arc::downgrade(&state) as Weak<LockState>;
+        slot.insert(turn).set_holder(Some(holder));
+        drop(slot);
+        state
+    }
+
+    fn expiry(&self) -> std::sync::MutexGuard<'_, Expiry> {
+        self.expiry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn nanos_after_origin(&self, sent_at: Instant, lease: Duration) -> u64 {
+        let end = sent_at.saturating_duration_since(self.origin) + lease;
+        u64::try_from(end.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts a renewal or an extension of the lease, sent after this call.
+    pub(crate) fn begin_update(&self, lease: Duration) -> LeaseUpdate<'_> {
+        LeaseUpdate {
+            state: self,
+            ticket: self.start_update(),
+            sent_at: Instant::now(),
+            lease,
+            finished: false,
+        }
+    }
+
+    /// The ticket of an update about to be sent (see [`LeaseUpdate`]); the watchdog
+    /// keeps only these for its thousands of locks per tick.
+    pub(crate) fn start_update(&self) -> u64 {
+        let mut expiry = self.expiry();
+        expiry.started += 1;
+        if expiry.in_flight > 0 {
+            // This one and those in flight overlap: none of them may set the estimate.
+            expiry.contended_upto = expiry.started;
+        }
+        expiry.in_flight += 1;
+        expiry.started
+    }
+
+    /// Ends the update `ticket`, sent at `sent_at` for `lease`: `confirmed` when Redis
+    /// said it was applied, otherwise its outcome is unknown.
+    pub(crate) fn finish_update(
+        &self,
+        ticket: u64,
+        sent_at: Instant,
+        lease: Duration,
+        confirmed: bool,
+    ) {
+        let ours = self.nanos_after_origin(sent_at, lease);
+        let mut expiry = self.expiry();
+        let alone = ticket > expiry.contended_upto;
+        expiry.nanos = if confirmed && alone {
+            ours
+        } else {
+            expiry.nanos.min(ours)
+        };
+        expiry.in_flight -= 1;
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        let nanos = self.expiry().nanos;
+        self.origin
+            .checked_add(Duration::from_nanos(nanos))
+            .unwrap_or_else(|| self.origin + Duration::from_secs(86_400 * 365 * 30))
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.send_replace(true);
+        self.hand_on_turn();
+    }
+
+    /// The lease may have run out (the local, conservative estimate).
+    pub(crate) fn lease_ran_out(&self) -> bool {
+        Instant::now() >= self.expires_at()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.lease_ran_out()
+    }
+
+    /// Lets this client's next waiter (or a try-lock) have the key's turn.
+    pub(crate) fn hand_on_turn(&self) {
+        drop(self.take_turn());
+    }
+
+    /// How long the lock is surely still ours (zero once lost).
+    pub(crate) fn remaining(&self) -> Duration {
+        if *self.lost.borrow() {
+            return Duration::ZERO;
+        }
+        self.expires_at().saturating_duration_since(Instant::now())
+    }
+
+    /// Takes the turn out (for a release that hands it off).
+    pub(crate) fn take_turn(&self) -> Option<LocalTurn> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    pub(crate) async fn lost(&self) {
+        let mut flag = self.lost.subscribe();
+        loop {
+            if *flag.borrow_and_update() {
+                return;
+            }
+            let expires_at = self.expires_at();
+            if Instant::now() >= expires_at {
+                // Nobody may hold it any more: let this client's next waiter try.
+                self.hand_on_turn();
+                return;
+            }
+            tokio::select! {
+                changed = flag.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(expires_at) => {}
+            }
+        }
+    }
+}
+
+/// The local lease estimate and the updates of it under way.
+#[derive(Debug, Default)]
+struct Expiry {
+    /// Nanoseconds after `origin`.
+    nanos: u64,
+    /// Updates started so far, and still unanswered.
+    started: u64,
+    in_flight: u32,
+    /// Every update up to this one overlapped another.
+    contended_upto: u64,
+}
+
+/// One renewal or extension under way. Redis applies concurrent ones in an order the
+/// client cannot see (a renewal sent just before a short `extend` may be processed
+/// after it, or before), so only an update that nothing overlapped may set the local
+/// estimate; any other outcome can only lower it. So the estimate is never later than
+/// Redis's expiry. Dropped unfinished (its future cancelled), it counts as unknown.
+pub(crate) struct LeaseUpdate<'a> {
+    state: &'a LockState,
+    ticket: u64,
+    sent_at: Instant,
+    lease: Duration,
+    finished: bool,
+}
+
+impl LeaseUpdate<'_> {
+    /// Redis confirmed the new lease.
+    pub(crate) fn confirmed(mut self) {
+        self.finish(true);
+    }
+
+    /// Redis's answer is unknown (or the lock is gone): the lease may or may not have
+    /// been set.
+    pub(crate) fn unknown(mut self) {
+        self.finish(false);
+    }
+
+    fn finish(&mut self, confirmed: bool) {
+        if !std::mem::replace(&mut self.finished, true) {
+            self.state
+                .finish_update(self.ticket, self.sent_at, self.lease, confirmed);
+        }
+    }
+}
+
+impl Drop for LeaseUpdate<'_> {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
+}
+
+impl Holder for LockState {
+    fn gone(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.lost())
+    }
+
+    fn lease_ran_out(&self) -> bool {
+        LockState::lease_ran_out(self)
+    }
+
+    fn hand_on_turn(&self) {
+        LockState::hand_on_turn(self)
+    }
+}

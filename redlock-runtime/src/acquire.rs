@@ -2,24 +2,20 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::cleanup::SpawnOnDrop;
-use crate::client::LockClient;
-use crate::config::MAX_KEY_LEN;
+use crate::core::Core;
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
+use crate::limits::{check_max_lease, lease_millis, validate};
 use crate::masters::Outcome;
 use crate::node::{Waiter, slot_is_moving};
 use crate::notify::{Listener, Release};
-use crate::scripts::RESERVED_PREFIX;
-
-/// Longest lease or wait accepted: Redis keeps expiries in milliseconds as a signed
-/// 64-bit count from the epoch, and an instant that far ahead overflows the clock.
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// First and longest pause before retrying after Redis failed to answer.
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
@@ -28,7 +24,7 @@ const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration
 #[must_use = "nothing is locked until `.acquire().await`"]
 #[derive(Debug)]
 pub struct LockRequest {
-    client: LockClient,
+    client: Arc<Core>,
     key: String,
     wait: Duration,
     lease: Option<Duration>,
@@ -36,7 +32,7 @@ pub struct LockRequest {
 }
 
 impl LockRequest {
-    pub(crate) fn new(client: LockClient, key: String) -> Self {
+    pub(crate) fn new(client: Arc<Core>, key: String) -> Self {
         LockRequest {
             client,
             key,
@@ -86,7 +82,7 @@ impl LockRequest {
         let started = Instant::now();
         let bound = self
             .wait
-            .saturating_add(self.client.inner.config.response_timeout);
+            .saturating_add(self.client.config().response_timeout);
         let key = self.key.clone();
         let result = match tokio::time::timeout(bound, self.acquire_inner(started))
             .instrument(span.clone())
@@ -122,14 +118,14 @@ impl LockRequest {
             hold_at_least,
         } = self;
         validate(&key, wait, lease, hold_at_least)?;
-        let masters = &client.inner.masters;
+        let masters = &client.masters();
         for (what, value) in [("lease", lease), ("hold_at_least", hold_at_least)] {
             if let Some(value) = value {
                 check_max_lease(masters, &key, what, value)?;
             }
         }
         let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(client.inner.config.watchdog_lease);
+        let lease = lease.unwrap_or(client.config().watchdog_lease);
         let lease_ms = lease_millis(&key, lease)?;
         if masters.validity(lease).is_zero() {
             return Err(LockError::invalid_options(
@@ -147,8 +143,7 @@ impl LockRequest {
         };
 
         let turn = client
-            .inner
-            .queues
+            .turns()
             .take_turn(&key, deadline)
             .await
             .ok_or_else(timeout)?;
@@ -185,7 +180,7 @@ impl LockRequest {
             let undo = SpawnOnDrop::new(|| {
                 let (client, key, owner) = (client.clone(), key.clone(), owner.clone());
                 async move {
-                    let outcome = client.inner.masters.release(&key, &owner, 0).await;
+                    let outcome = client.masters().release(&key, &owner, 0).await;
                     tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
                 }
             });
@@ -267,7 +262,7 @@ impl LockRequest {
                                 // Reserved for the client that waited longest: wait, but
                                 // not past the reservation, in case that client died.
                                 Release::ForAnother => {
-                                    let grace = client.inner.config.reservation_grace;
+                                    let grace = client.config().reservation_grace;
                                     fallback = Some(Instant::now() + grace + Duration::from_millis(5));
                                 }
                                 Release::Taken(None) => fallback = None,
@@ -324,7 +319,7 @@ impl LockRequest {
 /// subscriptions to be confirmed. A failed subscription leaves the lease timer.
 /// The flag: every subscription was live already before `since`.
 async fn listen_everywhere(
-    client: &LockClient,
+    client: &Core,
     key: &str,
     waiter_id: Option<String>,
     since: Instant,
@@ -332,8 +327,7 @@ async fn listen_everywhere(
 ) -> (Vec<Listener>, bool) {
     let mut all_live = true;
     let (listeners, confirmations): (Vec<_>, Vec<_>) = client
-        .inner
-        .masters
+        .masters()
         .nodes()
         .iter()
         .map(|node| {
@@ -344,7 +338,7 @@ async fn listen_everywhere(
         .unzip();
     // A majority of confirmed subscriptions hears every release (RedLock publishes on
     // every master): a master that hangs must not hold the waiter up.
-    let needed = client.inner.masters.quorum();
+    let needed = client.masters().quorum();
     let mut pending: futures_util::stream::FuturesUnordered<_> =
         confirmations.into_iter().collect();
     let confirmed = async {
@@ -367,7 +361,7 @@ async fn listen_everywhere(
 /// without the lock (timeout, error, the future dropped) gives the place up in the
 /// background, so that no release names a waiter that is gone.
 struct QueuePlace<'a> {
-    client: &'a LockClient,
+    client: &'a Arc<Core>,
     key: &'a str,
     id: String,
     /// An attempt carrying the id was sent: the queue may hold it.
@@ -376,7 +370,7 @@ struct QueuePlace<'a> {
 }
 
 impl<'a> QueuePlace<'a> {
-    fn new(client: &'a LockClient, key: &'a str) -> Self {
+    fn new(client: &'a Arc<Core>, key: &'a str) -> Self {
         QueuePlace {
             client,
             key,
@@ -398,7 +392,7 @@ impl Drop for QueuePlace<'_> {
         let client = self.client.clone();
         let key = self.key.to_owned();
         let id = std::mem::take(&mut self.id);
-        runtime.spawn(async move { client.inner.masters.leave_queue(&key, &id).await });
+        runtime.spawn(async move { client.masters().leave_queue(&key, &id).await });
     }
 }
 
@@ -418,101 +412,4 @@ fn is_transient(error: &redis::RedisError) -> bool {
         || error.is_connection_refusal()
         || error.is_timeout()
         || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
-}
-
-/// Checks a request before anything is sent.
-fn validate(
-    key: &str,
-    wait: Duration,
-    lease: Option<Duration>,
-    hold_at_least: Option<Duration>,
-) -> Result<(), LockError> {
-    if key.is_empty() {
-        return Err(LockError::InvalidKey {
-            key: String::new(),
-            reason: "the key is empty".into(),
-        });
-    }
-    if key.starts_with(RESERVED_PREFIX) {
-        return Err(LockError::InvalidKey {
-            key: key.to_owned(),
-            reason: format!(
-                "keys starting with `{RESERVED_PREFIX}` are reserved for redlock's own state \
-                 (fencing counters, waiter queues); choose another prefix"
-            ),
-        });
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(LockError::InvalidKey {
-            key: key.to_owned(),
-            reason: format!(
-                "the key is {} bytes long; the limit is {MAX_KEY_LEN}",
-                key.len()
-            ),
-        });
-    }
-    if wait > MAX_DURATION {
-        return Err(LockError::invalid_options(
-            key,
-            format!("wait of {wait:?} is longer than the limit of 100 years"),
-        ));
-    }
-    if let Some(lease) = lease {
-        lease_millis(key, lease)?;
-        if let Some(hold) = hold_at_least
-            && hold > lease
-        {
-            return Err(LockError::invalid_options(
-                key,
-                format!("hold_at_least ({hold:?}) is longer than the lease ({lease:?})"),
-            ));
-        }
-    }
-    if let Some(hold) = hold_at_least
-        && hold > MAX_DURATION
-    {
-        return Err(LockError::invalid_options(
-            key,
-            format!("hold_at_least of {hold:?} is longer than the limit of 100 years"),
-        ));
-    }
-    Ok(())
-}
-
-/// With RedLock, nothing may keep a key longer than `max_lease`: a restarted master's
-/// quarantine is that long (see `masters`).
-pub(crate) fn check_max_lease(
-    masters: &crate::masters::Masters,
-    key: &str,
-    what: &str,
-    value: Duration,
-) -> Result<(), LockError> {
-    match masters.max_lease() {
-        Some(max_lease) if value > max_lease => Err(LockError::invalid_options(
-            key,
-            format!(
-                "{what} of {value:?} is longer than the client's max_lease ({max_lease:?}), \
-                 which RedLock needs to know how long a restarted master stays out of the vote; \
-                 raise it with LockClientBuilder::max_lease"
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A lease in whole milliseconds, as Redis counts it; below one millisecond is refused.
-pub(crate) fn lease_millis(key: &str, lease: Duration) -> Result<u64, LockError> {
-    if lease < Duration::from_millis(1) {
-        return Err(LockError::invalid_options(
-            key,
-            format!("lease of {lease:?} is shorter than Redis's 1 ms resolution"),
-        ));
-    }
-    if lease > MAX_DURATION {
-        return Err(LockError::invalid_options(
-            key,
-            format!("lease of {lease:?} is longer than the limit of 100 years"),
-        ));
-    }
-    Ok(lease.as_millis() as u64)
 }

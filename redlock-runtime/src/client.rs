@@ -2,18 +2,16 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
 use crate::acquire::LockRequest;
 use crate::config::{ClientConfig, DEFAULT_URL, redact};
+use crate::core::Core;
 use crate::error::LockError;
 use crate::masters::Masters;
 use crate::node::Node;
-use crate::queue::LocalQueues;
-use crate::watchdog::Watchdog;
 
 /// A client of distributed locks on one Redis server.
 ///
@@ -21,28 +19,15 @@ use crate::watchdog::Watchdog;
 /// queue of waiters per key. The connection reconnects by itself after a drop.
 #[derive(Clone)]
 pub struct LockClient {
-    pub(crate) inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) id: u64,
-    /// Random per client; with a counter it makes owner tokens and waiter ids unique
-    /// across clients and processes without drawing randomness per lock.
-    token_prefix: String,
-    next_token: AtomicU64,
-    pub(crate) url: String,
-    pub(crate) masters: Masters,
-    pub(crate) config: ClientConfig,
-    pub(crate) queues: Arc<LocalQueues>,
-    pub(crate) watchdog: Watchdog,
+    pub(crate) inner: Arc<Core>,
 }
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
-            .field("url", &self.inner.url)
-            .field("watchdog_lease", &self.inner.config.watchdog_lease)
-            .field("renew_every", &self.inner.config.renew_every)
+            .field("url", &self.inner.url())
+            .field("watchdog_lease", &self.inner.config().watchdog_lease)
+            .field("renew_every", &self.inner.config().renew_every)
             .finish_non_exhaustive()
     }
 }
@@ -154,22 +139,16 @@ impl LockClient {
 
     /// Starts building an acquisition of the lock named `key`.
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(self.clone(), key.into())
+        LockRequest::new(self.inner.clone(), key.into())
     }
 
     /// The lease used when an acquisition names none (watchdog mode).
     pub fn watchdog_lease(&self) -> Duration {
-        self.inner.config.watchdog_lease
+        self.inner.config().watchdog_lease
     }
 
     pub(crate) fn id(&self) -> u64 {
-        self.inner.id
-    }
-
-    /// A token no other owner or waiter, in any client, has or will have.
-    pub(crate) fn fresh_token(&self) -> String {
-        let n = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n:x}", self.inner.token_prefix)
+        self.inner.id()
     }
 }
 
@@ -341,18 +320,9 @@ impl LockClientBuilder {
             }
         };
         let masters = Masters::new(nodes, &config);
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let inner = Arc::new(ClientInner {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            token_prefix: uuid::Uuid::new_v4().simple().to_string(),
-            next_token: AtomicU64::new(0),
-            url,
-            masters,
-            config,
-            queues: Arc::new(LocalQueues::default()),
-            watchdog: Watchdog::default(),
-        });
-        Ok(LockClient { inner })
+        Ok(LockClient {
+            inner: Core::new(url, masters, config),
+        })
     }
 
     async fn connect_masters(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cleanup::SpawnOnDrop;
-use crate::client::LockClient;
+use crate::core::Core;
 use crate::error::LockError;
 use crate::queue::{HandOffOutcome, LocalTurn};
 use crate::state::LockState;
@@ -23,7 +23,7 @@ pub struct LockGuard {
 
 /// What releasing needs; taken out by `release` so that `Drop` has nothing left to do.
 struct Held {
-    client: LockClient,
+    client: Arc<Core>,
     owner: String,
     acquired_at: Instant,
     hold_at_least: Option<Duration>,
@@ -42,7 +42,7 @@ impl std::fmt::Debug for LockGuard {
 }
 
 pub(crate) struct Acquired {
-    pub(crate) client: LockClient,
+    pub(crate) client: Arc<Core>,
     pub(crate) key: String,
     pub(crate) owner: String,
     pub(crate) fencing_token: u64,
@@ -58,8 +58,7 @@ impl LockGuard {
     pub(crate) fn new(acquired: Acquired) -> Self {
         let state = LockState::new(acquired.sent_at, acquired.valid_for, acquired.turn);
         let watchdog_id = acquired.watchdog.then(|| {
-            acquired.client.inner.watchdog.watch(
-                &acquired.client,
+            acquired.client.watchdog().watch(
                 acquired.key.clone(),
                 acquired.owner.clone(),
                 state.clone(),
@@ -122,9 +121,9 @@ impl LockGuard {
     /// afterwards with the client's watchdog lease.
     pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
-        let lease_ms = crate::acquire::lease_millis(&self.key, lease)?;
-        let masters = &held.client.inner.masters;
-        crate::acquire::check_max_lease(masters, &self.key, "extend", lease)?;
+        let lease_ms = crate::limits::lease_millis(&self.key, lease)?;
+        let masters = &held.client.masters();
+        crate::limits::check_max_lease(masters, &self.key, "extend", lease)?;
         let update = held.state.begin_update(masters.validity(lease));
         let extended = match masters.extend(&self.key, &held.owner, lease_ms).await {
             Ok(extended) => extended,
@@ -173,7 +172,7 @@ impl Held {
             watchdog_id,
         } = self;
         if let Some(id) = watchdog_id {
-            client.inner.watchdog.forget(id);
+            client.watchdog().forget(id);
         }
         let keep = hold_at_least
             .and_then(|least| least.checked_sub(acquired_at.elapsed()))
@@ -184,11 +183,11 @@ impl Held {
         let unfinished = SpawnOnDrop::new(|| {
             let (client, key, owner) = (client.clone(), key.to_owned(), owner.clone());
             async move {
-                let outcome = client.inner.masters.release(&key, &owner, keep).await;
+                let outcome = client.masters().release(&key, &owner, keep).await;
                 tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
             }
         });
-        let masters = &client.inner.masters;
+        let masters = &client.masters();
         // With a waiter of this client in line, pass the lock on in its acquire script
         // (see `queue`); otherwise, or if it does not pick it up, release in Redis.
         // A lock whose lease may have run out is released in Redis, whose answer then
@@ -252,7 +251,7 @@ impl Drop for LockGuard {
             Err(_) => {
                 // No runtime to talk to Redis: the lease will run out by itself.
                 if let Some(id) = held.watchdog_id {
-                    held.client.inner.watchdog.forget(id);
+                    held.client.watchdog().forget(id);
                 }
             }
         }

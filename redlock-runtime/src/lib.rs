@@ -67,8 +67,10 @@ mod cleanup;
 mod client;
 mod config;
 mod connection;
+mod core;
 mod error;
 mod guard;
+mod limits;
 mod macro_support;
 mod masters;
 mod node;
@@ -103,11 +105,11 @@ pub mod __private {
 impl LockClient {
     /// Number of locks this client currently renews in watchdog mode.
     pub fn watched_locks(&self) -> usize {
-        self.inner.watchdog.len()
+        self.inner.watchdog().len()
     }
 
     /// Number of keys this client's tasks hold or wait for.
     pub fn active_keys(&self) -> usize {
-        self.inner.queues.len()
+        self.inner.turns().len()
     }
 }

@@ -29,7 +29,7 @@
 //! majority until every lock it may have forgotten has expired. The acquire script
 //! keeps a restart marker, [`BOOT_KEY`], naming the process that serves the data and
 //! since when; a change of process starts a quarantine there and then, which each
-//! client compares with its `max_lease`: see [`Boot`](crate::node::Boot).
+//! client compares with its `max_lease`: see `Boot` in the `node` module.
 
 use std::sync::LazyLock;
 

@@ -9,9 +9,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
-use crate::client::{ClientInner, LockClient};
+use crate::config::ClientConfig;
+use crate::masters::Masters;
 use crate::state::LockState;
 
 struct Watched {
@@ -20,46 +23,72 @@ struct Watched {
     state: Arc<LockState>,
 }
 
-/// The locks a client's watchdog renews.
-#[derive(Default)]
+/// The locks a client's watchdog renews, and what renewing them takes.
 pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     locks: Mutex<HashMap<u64, Arc<Watched>>>,
     next_id: AtomicU64,
     started: AtomicBool,
+    /// The task holds it weakly: it ends when the client is gone.
+    masters: Weak<Masters>,
+    lease: Duration,
+    every: Duration,
 }
 
 impl Watchdog {
+    pub(crate) fn new(masters: &Arc<Masters>, config: &ClientConfig) -> Self {
+        Watchdog {
+            shared: Arc::new(Shared {
+                locks: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(0),
+                started: AtomicBool::new(false),
+                masters: Arc::downgrade(masters),
+                lease: config.watchdog_lease,
+                every: config.renew_every,
+            }),
+        }
+    }
+
     /// Starts renewing a lock; returns the id to [`Watchdog::forget`] it with.
-    pub(crate) fn watch(
-        &self,
-        client: &LockClient,
-        key: String,
-        owner: String,
-        state: Arc<LockState>,
-    ) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.locks
+    pub(crate) fn watch(&self, key: String, owner: String, state: Arc<LockState>) -> u64 {
+        let shared = &self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        shared
+            .locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, Arc::new(Watched { key, owner, state }));
-        if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(renew_forever(Arc::downgrade(&client.inner)));
+        if !shared.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(renew_forever(Arc::downgrade(shared)));
         }
         id
     }
 
     /// Stops renewing a lock; false if it was not renewed (any more).
     pub(crate) fn forget(&self, id: u64) -> bool {
+        self.shared.forget(id)
+    }
+
+    /// How many locks are being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.shared
+            .locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+}
+
+impl Shared {
+    fn forget(&self, id: u64) -> bool {
         self.locks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id)
             .is_some()
-    }
-
-    /// How many locks are being renewed.
-    pub(crate) fn len(&self) -> usize {
-        self.locks.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn snapshot(&self) -> Vec<(u64, Arc<Watched>)> {
@@ -73,8 +102,8 @@ impl Watchdog {
 }
 
 /// Ticks until the client is gone.
-async fn renew_forever(client: Weak<ClientInner>) {
-    let Some(every) = client.upgrade().map(|c| c.config.renew_every) else {
+async fn renew_forever(shared: Weak<Shared>) {
+    let Some(every) = shared.upgrade().map(|shared| shared.every) else {
         return;
     };
     let mut ticks = tokio::time::interval(every);
@@ -82,33 +111,36 @@ async fn renew_forever(client: Weak<ClientInner>) {
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        let Some(client) = client.upgrade() else {
+        let Some(shared) = shared.upgrade() else {
             return;
         };
-        renew_all(&client).await;
+        let Some(masters) = shared.masters.upgrade() else {
+            return;
+        };
+        renew_all(&shared, &masters).await;
     }
 }
 
 /// One renewal round: one pipeline carrying an EXTEND per held lock.
-pub(crate) async fn renew_all(client: &ClientInner) {
-    let locks = client.watchdog.snapshot();
+async fn renew_all(shared: &Shared, masters: &Masters) {
+    let locks = shared.snapshot();
     if locks.is_empty() {
         return;
     }
-    let lease = client.config.watchdog_lease;
+    let lease = shared.lease;
     let lease_ms = lease.as_millis() as u64;
     let pairs: Vec<(&str, &str)> = locks
         .iter()
         .map(|(_, watched)| (watched.key.as_str(), watched.owner.as_str()))
         .collect();
-    let valid_for = client.masters.validity(lease);
+    let valid_for = masters.validity(lease);
     // Started before the pipeline is sent (see `LeaseUpdate`).
     let sent_at = Instant::now();
     let tickets: Vec<u64> = locks
         .iter()
         .map(|(_, watched)| watched.state.start_update())
         .collect();
-    let renewed = client.masters.renew(&pairs, lease_ms).await;
+    let renewed = masters.renew(&pairs, lease_ms).await;
     for (((id, watched), renewed), ticket) in locks.iter().zip(renewed).zip(tickets) {
         let state = &watched.state;
         state.finish_update(ticket, sent_at, valid_for, renewed == Some(true));
@@ -117,13 +149,13 @@ pub(crate) async fn renew_all(client: &ClientInner) {
             Some(false) => {
                 // A lock released meanwhile (its guard forgot it) is not lost: a release
                 // that keeps the key for `hold_at_least` changes its value.
-                if client.watchdog.forget(*id) {
+                if shared.forget(*id) {
                     tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
                     state.mark_lost();
                 }
             }
             None => {
-                if state.is_lost() && client.watchdog.forget(*id) {
+                if state.is_lost() && shared.forget(*id) {
                     tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
                     state.mark_lost();
                 }

@@ -21,12 +21,12 @@
 //!   free; merged as `Release::merge` does, and read only between attempts), or the
 //!   waiter's timer: the lease end it was told, or the fallback a grace after a
 //!   message reserving the key for another client;
-//! - **release**: RELEASE (owner check, then HAND_ON: drop expired registrations,
+//! - **release**: RELEASE (owner check, then FREE_FOR_NEXT: drop expired registrations,
 //!   reserve the key for the queue's head for the grace and publish `R:<head>`, or
 //!   delete it and publish the empty message); **hand-off** inside a client (the
 //!   releasing holder passes its owner to the next task in line, whose ACQUIRE deletes
 //!   that owner's key and takes it; at most `max_handoffs` in a row, then a release
-//!   through Redis); **leave queue** (a waiter gives up; LEAVE_QUEUE runs in the
+//!   through Redis); **leave queue** (a waiter gives up; LEAVE_WAITLIST runs in the
 //!   background and passes a reservation made for it meanwhile on);
 //! - **watchdog renewal**: EXTEND with the owner check (a failed one marks the lock
 //!   lost); a holder whose local lease estimate ran out **notices** (the client's turn
@@ -36,7 +36,7 @@
 //! - **faults**: a process **pauses** (it takes no step, and a holder keeps believing
 //!   it holds, whatever the clock says, until it resumes: the moment between checking
 //!   `is_lost()` and writing), a process **crashes** (its tasks and its background
-//!   LEAVE_QUEUE stop; what it left in Redis stays until it expires), and Redis
+//!   LEAVE_WAITLIST stop; what it left in Redis stays until it expires), and Redis
 //!   **restarts** without persistence (key, queue and fencing counter lost; the
 //!   restart takes a tick; listeners are woken by the disconnection).
 //!
@@ -47,7 +47,7 @@
 //!   is the tight case). Messages reach a listener when published (a paused client
 //!   reads them when it resumes).
 //! - Time as ticks, and clients that are not paused as prompt: the clock does not
-//!   advance while a running client has a script to send (an attempt, a LEAVE_QUEUE)
+//!   advance while a running client has a script to send (an attempt, a LEAVE_WAITLIST)
 //!   or a subscription to confirm. The steps a client takes on its own, without Redis
 //!   (take the turn, read news, wake at a timer, notice a lost lease), happen at once:
 //!   they commute with every other client's steps. Slowness of any length is a pause.
@@ -58,7 +58,7 @@
 //!   finer than a script's duration; a restart takes a tick, as one takes far longer
 //!   than a µs.
 //! - Registrations are dropped at the tick they expire (Redis drops them at the next
-//!   HAND_ON, or when the whole queue key expires: only where a registration revived
+//!   FREE_FOR_NEXT, or when the whole queue key expires: only where a registration revived
 //!   by `ZADD NX` comes back in line differs, which no property depends on).
 //! - One acquisition per task, one owner value per acquisition (the client's fresh
 //!   token per attempt only matters for replies lost mid-way, not modelled).
@@ -136,7 +136,7 @@ enum Broken {
     None,
     /// RELEASE frees the key without checking that it is still the caller's.
     ReleaseWithoutOwnerCheck,
-    /// HAND_ON reserves the key with no `PX`: a reservation for a dead waiter stays.
+    /// FREE_FOR_NEXT reserves the key with no `PX`: a reservation for a dead waiter stays.
     ReservationWithoutExpiry,
     /// A waiter whose subscription was not live waits without the retry that covers a
     /// release published before its SUBSCRIBE was confirmed.
@@ -311,7 +311,7 @@ struct Proc {
     /// The key's channel is subscribed (it lingers after its last listener left).
     subscribed: bool,
     handoffs: u8,
-    /// LEAVE_QUEUE scripts under way in the background.
+    /// LEAVE_WAITLIST scripts under way in the background.
     leaving: Vec<Id>,
 }
 
@@ -340,7 +340,7 @@ enum Action {
     Attempt(u8, u8),
     /// A fresh subscription is confirmed.
     Subscribed(u8, u8),
-    /// A waiter's wait runs out: it gives its place up (LEAVE_QUEUE in the background).
+    /// A waiter's wait runs out: it gives its place up (LEAVE_WAITLIST in the background).
     GiveUp(u8, u8),
     Renew(u8, u8),
     /// Release, or hand the lock to the next task of the client.
@@ -487,7 +487,7 @@ impl Protocol {
         }
     }
 
-    /// HAND_ON: reserve the key for the queue's head (dropping registrations that
+    /// FREE_FOR_NEXT: reserve the key for the queue's head (dropping registrations that
     /// expired), or delete it; publish which.
     fn hand_on(&self, s: &mut State) {
         let clock = s.clock;

@@ -212,8 +212,8 @@ async fn a_failed_try_lock_leaves_no_claim() {
             let attempt = b.lock("slot").acquire().await.map(|g| g.fencing_token());
             // Looked at with a blocking call before this runtime runs anything else: a
             // registration that a background task would undo later is still there.
-            let queued = redis_cli(port, &["EXISTS", "redlock:queue:slot"]);
-            let expiries = redis_cli(port, &["EXISTS", "redlock:queue-expiry:slot"]);
+            let queued = redis_cli(port, &["EXISTS", "redlock:waitlist:slot"]);
+            let expiries = redis_cli(port, &["EXISTS", "redlock:waitlist-expiry:slot"]);
             (attempt, queued, expiries)
         });
         drop(runtime);
@@ -235,8 +235,8 @@ async fn a_failed_try_lock_leaves_no_claim() {
         .unwrap_or_else(|error| {
             panic!(
                 "a try-lock right after the release was refused ({error}): the key went to a \
-                 waiter that had exited (after B's failed try-lock, redlock:queue:slot existed: \
-                 {queued}, redlock:queue-expiry:slot: {expiries})"
+                 waiter that had exited (after B's failed try-lock, redlock:waitlist:slot existed: \
+                 {queued}, redlock:waitlist-expiry:slot: {expiries})"
             )
         });
     assert_eq!(

@@ -1,5 +1,5 @@
-//! The waitlist: waiting clients queue in Redis (`redlock:queue:*` and
-//! `redlock:queue-expiry:*`), a release wakes only the first in line, and a first-in-line
+//! The waitlist: waiting clients queue in Redis (`redlock:waitlist:*` and
+//! `redlock:waitlist-expiry:*`), a release wakes only the first in line, and a first-in-line
 //! waiter that died costs the others only the reservation grace.
 
 mod common;
@@ -49,10 +49,10 @@ async fn a_dead_waiter_first_on_the_waitlist_costs_the_others_only_the_grace() {
         .await
         .unwrap();
     // A waiter of a process that died, first on the waitlist, its registration still valid.
-    server.cli(&["ZADD", "redlock:queue:job", "1", "ghost"]);
+    server.cli(&["ZADD", "redlock:waitlist:job", "1", "ghost"]);
     server.cli(&[
         "ZADD",
-        "redlock:queue-expiry:job",
+        "redlock:waitlist-expiry:job",
         "99999999999999",
         "ghost",
     ]);

@@ -147,14 +147,14 @@ impl LockRequest {
             .take_turn(&key, deadline)
             .await
             .ok_or_else(timeout)?;
-        // A holder of this client that released into our hands (see `queue`).
+        // A holder of this client that released into our hands (see `turn`).
         let mut baton = turn.take_baton();
         let mut listeners: Vec<Listener> = Vec::new();
-        // This acquisition's place in the key's queue of waiting clients: taken by its
+        // This acquisition's place on the key's waitlist: taken by its
         // first failed attempt, given back on success or when it gives up. An attempt
         // that will not wait takes none: it would leave a claim behind it.
-        let mut place = (masters.queues_waiters() && Instant::now() < deadline)
-            .then(|| QueuePlace::new(&client, &key));
+        let mut place = (masters.keeps_waitlist() && Instant::now() < deadline)
+            .then(|| WaitlistPlace::new(&client, &key));
         let mut backoff = RETRY_BACKOFF.0;
         loop {
             // A fresh owner token per attempt: the background clean-up of an attempt
@@ -227,7 +227,7 @@ impl LockRequest {
                     drop(place);
                     return Err(LockError::NotALock { key, found });
                 }
-                Ok(Outcome::Held { ttl, split }) => {
+                Ok(Outcome::Busy { ttl, split }) => {
                     backoff = RETRY_BACKOFF.0;
                     if Instant::now() >= deadline {
                         return Err(timeout());
@@ -357,21 +357,21 @@ async fn listen_everywhere(
     (listeners, all_live)
 }
 
-/// A waiting acquisition's place in its key's queue of waiting clients. Leaving
+/// A waiting acquisition's place on its key's waitlist. Leaving
 /// without the lock (timeout, error, the future dropped) gives the place up in the
 /// background, so that no release names a waiter that is gone.
-struct QueuePlace<'a> {
+struct WaitlistPlace<'a> {
     client: &'a Arc<Core>,
     key: &'a str,
     id: String,
-    /// An attempt carrying the id was sent: the queue may hold it.
+    /// An attempt carrying the id was sent: the waitlist may hold it.
     registered: bool,
     left: bool,
 }
 
-impl<'a> QueuePlace<'a> {
+impl<'a> WaitlistPlace<'a> {
     fn new(client: &'a Arc<Core>, key: &'a str) -> Self {
-        QueuePlace {
+        WaitlistPlace {
             client,
             key,
             id: client.fresh_token(),
@@ -381,7 +381,7 @@ impl<'a> QueuePlace<'a> {
     }
 }
 
-impl Drop for QueuePlace<'_> {
+impl Drop for WaitlistPlace<'_> {
     fn drop(&mut self) {
         if !self.registered || self.left {
             return;
@@ -392,7 +392,7 @@ impl Drop for QueuePlace<'_> {
         let client = self.client.clone();
         let key = self.key.to_owned();
         let id = std::mem::take(&mut self.id);
-        runtime.spawn(async move { client.masters().leave_queue(&key, &id).await });
+        runtime.spawn(async move { client.masters().leave_waitlist(&key, &id).await });
     }
 }
 

@@ -16,7 +16,7 @@ use crate::node::Node;
 /// A client of distributed locks on one Redis server.
 ///
 /// Cheap to clone (an `Arc`); every clone shares one connection, one watchdog and one
-/// queue of waiters per key. The connection reconnects by itself after a drop.
+/// line of waiting tasks (turn) per key. The connection reconnects by itself after a drop.
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<Core>,

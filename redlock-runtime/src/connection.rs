@@ -107,16 +107,16 @@ impl Connection {
         }
     }
 
-    /// The keys of `key`'s queue of waiting clients: arrival order, and expiry of each
+    /// The keys of `key`'s waitlist: arrival order, and expiry of each
     /// registration (in the key's slot on a cluster). They exist only while waiters do.
-    pub(crate) fn queue_keys(&self, key: &str) -> [String; 2] {
+    pub(crate) fn waitlist_keys(&self, key: &str) -> [String; 2] {
         let tag = match self {
             Connection::Server(_) | Connection::Sentinel(_) => String::new(),
             Connection::Cluster(_) => format!("{{{}}}", slot_tag(slot_of(key.as_bytes()))),
         };
         [
-            format!("{tag}{}{key}", scripts::QUEUE_PREFIX),
-            format!("{tag}{}{key}", scripts::QUEUE_EXPIRY_PREFIX),
+            format!("{tag}{}{key}", scripts::WAITLIST_PREFIX),
+            format!("{tag}{}{key}", scripts::WAITLIST_EXPIRY_PREFIX),
         ]
     }
 

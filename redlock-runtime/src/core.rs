@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::ClientConfig;
 use crate::masters::Masters;
-use crate::queue::LocalQueues;
+use crate::turn::Turns;
 use crate::watchdog::Watchdog;
 
 pub(crate) struct Core {
@@ -20,7 +20,7 @@ pub(crate) struct Core {
     url: String,
     masters: Arc<Masters>,
     config: ClientConfig,
-    turns: Arc<LocalQueues>,
+    turns: Arc<Turns>,
     watchdog: Watchdog,
 }
 
@@ -36,7 +36,7 @@ impl Core {
             url,
             masters,
             config,
-            turns: Arc::new(LocalQueues::default()),
+            turns: Arc::new(Turns::default()),
             watchdog,
         })
     }
@@ -60,7 +60,7 @@ impl Core {
     }
 
     /// The per-key turns of this client's tasks.
-    pub(crate) fn turns(&self) -> &Arc<LocalQueues> {
+    pub(crate) fn turns(&self) -> &Arc<Turns> {
         &self.turns
     }
 

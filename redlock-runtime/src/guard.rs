@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use crate::cleanup::SpawnOnDrop;
 use crate::core::Core;
 use crate::error::LockError;
-use crate::queue::{HandOffOutcome, LocalTurn};
 use crate::state::LockState;
+use crate::turn::{HandOffOutcome, LocalTurn};
 
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases it in the
 /// background (never blocking), or, outside a tokio runtime, leaves it to expire.
@@ -18,11 +18,11 @@ use crate::state::LockState;
 pub struct LockGuard {
     key: String,
     fencing_token: u64,
-    held: Option<Held>,
+    held: Option<Holding>,
 }
 
 /// What releasing needs; taken out by `release` so that `Drop` has nothing left to do.
-struct Held {
+struct Holding {
     client: Arc<Core>,
     owner: String,
     acquired_at: Instant,
@@ -67,7 +67,7 @@ impl LockGuard {
         LockGuard {
             key: acquired.key,
             fencing_token: acquired.fencing_token,
-            held: Some(Held {
+            held: Some(Holding {
                 client: acquired.client,
                 owner: acquired.owner,
                 acquired_at: acquired.sent_at,
@@ -161,9 +161,9 @@ impl LockGuard {
     }
 }
 
-impl Held {
+impl Holding {
     async fn release(self, key: &str) -> Result<(), LockError> {
-        let Held {
+        let Holding {
             client,
             owner,
             acquired_at,
@@ -189,7 +189,7 @@ impl Held {
         });
         let masters = &client.masters();
         // With a waiter of this client in line, pass the lock on in its acquire script
-        // (see `queue`); otherwise, or if it does not pick it up, release in Redis.
+        // (see `turn`); otherwise, or if it does not pick it up, release in Redis.
         // A lock whose lease may have run out is released in Redis, whose answer then
         // says truthfully whether it was still ours.
         let mut turn = None;

@@ -23,17 +23,17 @@
 //! # How it works
 //! - **Acquire** is one Lua script, one round trip: `SET key owner NX PX lease`, and on
 //!   success the next fencing token; otherwise the holder's remaining time to live.
-//! - **Waiting** never polls. Within a client, waiters of a key queue in arrival order
+//! - **Waiting** never polls. Within a client, waiters of a key line up in arrival order (their *turn*)
 //!   and only the first talks to Redis; it subscribes to the key's release channel and
 //!   retries when a release is published or the holder's lease runs out, whichever
 //!   comes first.
-//! - **Across clients** (processes), waiters queue in Redis: a failed attempt takes a
-//!   place in the key's queue of waiting clients, and a release reserves the key for
+//! - **Across clients** (processes), waiters wait on the key's *waitlist* in Redis: a
+//!   failed attempt takes a place on it, and a release reserves the key for
 //!   the client that has waited longest (for a short grace) and names it in its
 //!   message, so only that client tries. Clients are served by arrival, give or take
 //!   the hand-offs inside the releasing client (below); a named client that does not
 //!   answer within the grace loses its turn, so a waiter that died costs one grace
-//!   period. RedLock keeps no such queue: there, fairness across clients is best effort.
+//!   period. RedLock keeps no waitlist: there, fairness across clients is best effort.
 //! - **Release** is compare-and-delete plus publish, in one script. When a task of the
 //!   same client waits in line, the lock is handed to it instead, inside its acquire
 //!   script (one round trip from release to next holder; at most 8 times in a row, then
@@ -75,10 +75,10 @@ mod macro_support;
 mod masters;
 mod node;
 mod notify;
-mod queue;
 mod scripts;
 mod sentinel;
 mod state;
+mod turn;
 mod watchdog;
 
 pub use acquire::LockRequest;

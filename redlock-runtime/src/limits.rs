@@ -30,7 +30,7 @@ pub(crate) fn validate(
             key: key.to_owned(),
             reason: format!(
                 "keys starting with `{RESERVED_PREFIX}` are reserved for redlock's own state \
-                 (fencing counters, waiter queues); choose another prefix"
+                 (fencing counters, waitlists); choose another prefix"
             ),
         });
     }

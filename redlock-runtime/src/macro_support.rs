@@ -19,15 +19,15 @@ use crate::error::LockError;
 use crate::state::LockState;
 
 tokio::task_local! {
-    static HELD: Arc<HeldLock>;
+    static HELD: Arc<EnclosingLock>;
 }
 
-struct HeldLock {
+struct EnclosingLock {
     client_id: u64,
     key: String,
     fencing_token: u64,
     state: Option<Arc<LockState>>,
-    outer: Option<Arc<HeldLock>>,
+    outer: Option<Arc<EnclosingLock>>,
 }
 
 /// The innermost lock held by the annotated function this code runs in.
@@ -180,7 +180,7 @@ where
         request = request.hold_at_least(hold);
     }
     let guard = request.acquire().await?;
-    let held = Arc::new(HeldLock {
+    let held = Arc::new(EnclosingLock {
         client_id: client.id(),
         key,
         fencing_token: guard.fencing_token(),

@@ -50,9 +50,9 @@ pub(crate) enum Outcome {
         confirmed: usize,
         needed: usize,
     },
-    /// Held by another owner; `ttl` is the shortest remaining lease seen. `split` is set
+    /// Busy: held by another owner; `ttl` is the shortest remaining lease seen. `split` is set
     /// when this attempt won some masters but not a majority (a tie with another client).
-    Held {
+    Busy {
         ttl: Duration,
         split: bool,
     },
@@ -104,9 +104,9 @@ impl Masters {
         self.is_single() && self.confirm_replicas.is_none()
     }
 
-    /// Whether waiting clients queue in Redis (one server, cluster or Sentinel; with
+    /// Whether waiting clients wait on a waitlist in Redis (one server, cluster or Sentinel; with
     /// RedLock each master would keep its own order, so they do not).
-    pub(crate) fn queues_waiters(&self) -> bool {
+    pub(crate) fn keeps_waitlist(&self) -> bool {
         self.is_single()
     }
 
@@ -115,12 +115,12 @@ impl Masters {
         (!self.is_single()).then_some(self.max_lease)
     }
 
-    /// Takes a waiter that gave up out of `key`'s queue.
-    pub(crate) async fn leave_queue(&self, key: &str, waiter_id: &str) {
+    /// Takes a waiter that gave up off `key`'s waitlist.
+    pub(crate) async fn leave_waitlist(&self, key: &str, waiter_id: &str) {
         if let [node] = self.nodes.as_slice()
-            && let Err(error) = node.leave_queue(key, waiter_id).await
+            && let Err(error) = node.leave_waitlist(key, waiter_id).await
         {
-            tracing::debug!(%error, key, "redlock: could not leave the queue; the registration will expire");
+            tracing::debug!(%error, key, "redlock: could not leave the waitlist; the registration will expire");
         }
     }
 
@@ -174,7 +174,7 @@ impl Masters {
                         fencing_token: token,
                         released_previous,
                     },
-                    Attempt::Held { ttl } => Outcome::Held { ttl, split: false },
+                    Attempt::Busy { ttl } => Outcome::Busy { ttl, split: false },
                     Attempt::NotALock { found } => Outcome::NotALock { found },
                 },
                 Some((needed, timeout)) => {
@@ -194,7 +194,7 @@ impl Masters {
                             }
                             Outcome::NotReplicated { confirmed, needed }
                         }
-                        (Attempt::Held { ttl }, _, _) => Outcome::Held { ttl, split: false },
+                        (Attempt::Busy { ttl }, _, _) => Outcome::Busy { ttl, split: false },
                         (Attempt::NotALock { found }, _, _) => Outcome::NotALock { found },
                     }
                 }
@@ -634,7 +634,7 @@ impl Tally {
         self.answers.push((index, boot.clone()));
         match attempt {
             Attempt::Acquired { token, .. } => self.granted.push((index, token, boot)),
-            Attempt::Held { ttl } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
+            Attempt::Busy { ttl } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
             Attempt::NotALock { found } => self.found = Some(found),
         }
     }
@@ -731,7 +731,7 @@ impl Tally {
         if voting + outstanding < quorum {
             return Outcome::NoQuorum { reached: voting };
         }
-        Outcome::Held {
+        Outcome::Busy {
             ttl: self.ttl.unwrap_or(Duration::ZERO),
             split: !self.granted.is_empty(),
         }
@@ -789,7 +789,7 @@ mod tests {
 
     fn held() -> Option<(Attempt, Boot)> {
         Some((
-            Attempt::Held {
+            Attempt::Busy {
                 ttl: Duration::from_secs(1),
             },
             Boot::Votes,
@@ -823,7 +823,7 @@ mod tests {
         assert_eq!(tally.decision(), Some(Decision::Lost));
         assert!(matches!(
             tally.failure(3),
-            Outcome::Held { split: false, .. }
+            Outcome::Busy { split: false, .. }
         ));
     }
 
@@ -847,7 +847,7 @@ mod tests {
         assert_eq!(tally.decision(), Some(Decision::Lost));
         assert!(matches!(
             tally.failure(3),
-            Outcome::Held { split: true, .. }
+            Outcome::Busy { split: true, .. }
         ));
         // Same with the two holders silent: the blank three are not a fresh deployment.
         let mut tally = Tally::new(5);

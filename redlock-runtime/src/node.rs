@@ -24,7 +24,7 @@ pub(crate) enum Attempt {
         token: u64,
         released_previous: bool,
     },
-    Held {
+    Busy {
         ttl: Duration,
     },
     NotALock {
@@ -56,16 +56,16 @@ pub(crate) struct Node {
     pub(crate) url: String,
     connection: Connection,
     notifications: Arc<ReleaseNotifications>,
-    queueing: Queueing,
+    waitlist: WaitlistTimings,
     response_timeout: Duration,
     /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
     /// connection it is sent on.
     confirming: Option<Confirming>,
 }
 
-/// Timings of the queue of waiting clients (see `scripts::ACQUIRE`).
+/// Timings of the waitlist (see `scripts::ACQUIRE`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Queueing {
+pub(crate) struct WaitlistTimings {
     /// How long a release reserves the key for the named waiter.
     pub(crate) reservation_ms: u64,
     /// How long a registration outlives the holder's lease; a waiter refreshes it by
@@ -73,16 +73,16 @@ pub(crate) struct Queueing {
     pub(crate) registration_slack_ms: u64,
 }
 
-impl Queueing {
+impl WaitlistTimings {
     fn from_config(config: &ClientConfig) -> Self {
-        Queueing {
+        WaitlistTimings {
             reservation_ms: config.reservation_grace.as_millis().max(1) as u64,
             registration_slack_ms: 2_000,
         }
     }
 }
 
-/// A waiting client's place in a key's queue.
+/// A waiting client's place on a key's waitlist.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Waiter<'a> {
     pub(crate) id: &'a str,
@@ -130,7 +130,7 @@ impl Node {
             url,
             connection,
             notifications,
-            queueing: Queueing::from_config(config),
+            waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
             confirming: Confirming::new(config, Primary::Server(Box::new(redis_client))),
         };
@@ -174,7 +174,7 @@ impl Node {
             url,
             connection,
             notifications,
-            queueing: Queueing::from_config(config),
+            waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
             confirming: None,
         };
@@ -219,7 +219,7 @@ impl Node {
             url,
             connection,
             notifications,
-            queueing: Queueing::from_config(config),
+            waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
             confirming,
         };
@@ -317,7 +317,7 @@ impl Node {
         request: &AttemptRequest<'_>,
     ) -> RedisResult<(Attempt, Boot)> {
         let key = request.key;
-        let [queue, expiries] = self.connection.queue_keys(key);
+        let [waitlist, expiries] = self.connection.waitlist_keys(key);
         let boot_key = match request.quarantine_ms {
             Some(_) => scripts::BOOT_KEY,
             None => key,
@@ -325,7 +325,7 @@ impl Node {
         let reply: Vec<Value> = scripts::ACQUIRE
             .key(key)
             .key(self.connection.fence_key(key).as_ref())
-            .key(queue)
+            .key(waitlist)
             .key(expiries)
             .key(boot_key)
             .arg(request.owner)
@@ -337,7 +337,7 @@ impl Node {
             } else {
                 "0"
             })
-            .arg(self.queueing.registration_slack_ms)
+            .arg(self.waitlist.registration_slack_ms)
             .arg(self.connection.release_channel(key))
             .arg(self.connection.publish_command())
             .arg(
@@ -354,25 +354,25 @@ impl Node {
     /// Compare-and-delete (or keep for `keep_ms`): 1 deleted, 2 kept, 0 not ours.
     pub(crate) async fn release(&self, key: &str, owner: &str, keep_ms: u64) -> RedisResult<i64> {
         while_slot_moves(self.response_timeout, || {
-            release_on(self.connection.clone(), self.queueing, key, owner, keep_ms)
+            release_on(self.connection.clone(), self.waitlist, key, owner, keep_ms)
         })
         .await
     }
 
-    /// Takes a waiter that gave up out of `key`'s queue (passing on a reservation
+    /// Takes a waiter that gave up off `key`'s waitlist (passing on a reservation
     /// made for it meanwhile).
-    pub(crate) async fn leave_queue(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
+    pub(crate) async fn leave_waitlist(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
         let mut connection = self.connection.clone();
-        let [queue, expiries] = self.connection.queue_keys(key);
-        scripts::LEAVE_QUEUE
+        let [waitlist, expiries] = self.connection.waitlist_keys(key);
+        scripts::LEAVE_WAITLIST
             .key(key)
-            .key(queue)
+            .key(waitlist)
             .key(expiries)
             .arg(waiter_id)
             .arg("")
             .arg(self.connection.release_channel(key))
             .arg(self.connection.publish_command())
-            .arg(self.queueing.reservation_ms)
+            .arg(self.waitlist.reservation_ms)
             .invoke_async::<i64>(&mut connection)
             .await
             .map(drop)
@@ -505,23 +505,23 @@ async fn renew_pipeline(
 
 async fn release_on(
     mut connection: Connection,
-    queueing: Queueing,
+    timings: WaitlistTimings,
     key: &str,
     owner: &str,
     keep_ms: u64,
 ) -> RedisResult<i64> {
     let channel = connection.release_channel(key);
     let publish = connection.publish_command();
-    let [queue, expiries] = connection.queue_keys(key);
+    let [waitlist, expiries] = connection.waitlist_keys(key);
     scripts::RELEASE
         .key(key)
-        .key(queue)
+        .key(waitlist)
         .key(expiries)
         .arg(owner)
         .arg(keep_ms)
         .arg(channel)
         .arg(publish)
-        .arg(queueing.reservation_ms)
+        .arg(timings.reservation_ms)
         .invoke_async(&mut connection)
         .await
 }
@@ -567,7 +567,7 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
             })
         }
         Some(Value::Int(0)) => number(value)
-            .map(|ttl| Attempt::Held {
+            .map(|ttl| Attempt::Busy {
                 ttl: Duration::from_millis(ttl),
             })
             .ok_or_else(bad_reply),
@@ -585,9 +585,9 @@ pub(crate) struct AttemptRequest<'a> {
     pub(crate) key: &'a str,
     pub(crate) owner: &'a str,
     pub(crate) lease_ms: u64,
-    /// A same-client holder handing the lock on (see `queue`).
+    /// A same-client holder handing the lock off (see `turn`).
     pub(crate) previous_owner: Option<&'a str>,
-    /// Set for an attempt that will wait if it fails (it takes a place in the queue).
+    /// Set for an attempt that will wait if it fails (it takes a place on the waitlist).
     pub(crate) waiter: Option<Waiter<'a>>,
     /// RedLock: the restart quarantine in ms (see [`Boot`]).
     pub(crate) quarantine_ms: Option<u64>,
@@ -685,5 +685,56 @@ impl Confirming {
         if idle.len() < 16 {
             idle.push((generation, connection));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies_mean_what_the_script_says() {
+        let (attempt, boot) = parse_attempt(vec![
+            Value::Int(1),
+            Value::Int(1795404822378057),
+            Value::Int(1),
+            Value::Int(0),
+        ])
+        .unwrap();
+        assert!(matches!(
+            attempt,
+            Attempt::Acquired {
+                token: 1795404822378057,
+                released_previous: true
+            }
+        ));
+        assert_eq!(boot, Boot::Votes);
+        let (attempt, boot) =
+            parse_attempt(vec![Value::Int(0), Value::Int(250), Value::Int(2)]).unwrap();
+        assert!(matches!(attempt, Attempt::Busy { ttl } if ttl == Duration::from_millis(250)));
+        assert_eq!(boot, Boot::Restarted);
+        let (attempt, boot) =
+            parse_attempt(vec![Value::Int(-1), bulk("list"), bulk("abc123")]).unwrap();
+        assert!(matches!(attempt, Attempt::NotALock { found } if found == "list"));
+        assert_eq!(boot, Boot::Blank("abc123".into()));
+        // Replies of an older script (no restart status) still parse, as votes.
+        let (_, boot) = parse_attempt(vec![Value::Int(0), Value::Int(5)]).unwrap();
+        assert_eq!(boot, Boot::Votes);
+        assert!(parse_attempt(vec![]).is_err());
+        assert!(parse_attempt(vec![Value::Int(1)]).is_err());
+        assert!(parse_attempt(vec![Value::Int(0), bulk("soon")]).is_err());
+    }
+
+    #[test]
+    fn the_eviction_policy_is_read_from_either_protocol() {
+        let resp3 = Value::Map(vec![(bulk("maxmemory-policy"), bulk("allkeys-lru"))]);
+        assert_eq!(eviction_policy(&resp3).as_deref(), Some("allkeys-lru"));
+        let resp2 = Value::Array(vec![bulk("maxmemory-policy"), bulk("noeviction")]);
+        assert_eq!(eviction_policy(&resp2).as_deref(), Some("noeviction"));
+        assert_eq!(eviction_policy(&Value::Nil), None);
     }
 }

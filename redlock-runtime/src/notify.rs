@@ -41,7 +41,7 @@ struct Channel {
     confirmed_at: Option<Instant>,
     /// Since when nobody listens (swept after [`LINGER`]).
     idle_since: Option<Instant>,
-    /// Queue ids of this client's waiters on the channel.
+    /// Waitlist ids of this client's waiters on the channel.
     waiter_ids: Vec<String>,
     /// What the last message said and when it came, for the listener the wake-up reaches.
     news: Arc<Mutex<Option<(Release, Instant)>>>,

@@ -42,26 +42,26 @@ pub(crate) const BOOT_KEY: &str = "redlock:boot";
 /// Every key the library keeps starts with this; lock keys may not.
 pub(crate) const RESERVED_PREFIX: &str = "redlock:";
 
-/// Prefixes of a key's queue of waiting clients and of their registrations' expiries.
-pub(crate) const QUEUE_PREFIX: &str = "redlock:queue:";
-pub(crate) const QUEUE_EXPIRY_PREFIX: &str = "redlock:queue-expiry:";
+/// Prefixes of a key's waitlist and of their registrations' expiries.
+pub(crate) const WAITLIST_PREFIX: &str = "redlock:waitlist:";
+pub(crate) const WAITLIST_EXPIRY_PREFIX: &str = "redlock:waitlist-expiry:";
 
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
-/// KEYS: lock, fence counter, waiter queue, waiter expiries, restart marker (with
+/// KEYS: lock, fence counter, waitlist, waitlist expiries, restart marker (with
 /// RedLock; otherwise the lock key again, untouched, so that every key shares a slot).
 /// ARGV: owner token, lease in ms, the owner token of a same-client holder handing the
-/// lock on (empty if none; its lock, if still there, is deleted first: see `queue`'s
+/// lock on (empty if none; its lock, if still there, is deleted first: see `turn`'s
 /// hand-off), this waiter's id (empty for an attempt that will not wait, and with
-/// RedLock, which keeps no queue), "1" if an earlier attempt may have registered it in
-/// the queue, how long a registration outlives the holder's lease (ms), release
+/// RedLock, which keeps no waitlist), "1" if an earlier attempt may have registered it on
+/// the waitlist, how long a registration outlives the holder's lease (ms), release
 /// channel, publish command, and the restart quarantine in ms (RedLock only, else
 /// empty).
 ///
-/// A waiter that fails registers in the key's queue (a sorted set by arrival; a second
+/// A waiter that fails registers on the key's waitlist (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
-/// release reserves the key for the queue's head (`reserved:<id>`, for a short grace)
+/// release reserves the key for the waitlist's head (`reserved:<id>`, for a short grace)
 /// and names it in its message; the named waiter's attempt takes the reservation and
 /// announces it with its lease (`T:<ms>`; a hand-off inside a client does the same),
 /// the others keep waiting without a round trip, until that lease ends at the latest.
@@ -159,10 +159,10 @@ return {0, ttl, boot}
 });
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
-/// KEYS: lock, waiter queue, waiter expiries. ARGV: owner token, ms to keep the key
+/// KEYS: lock, waitlist, waitlist expiries. ARGV: owner token, ms to keep the key
 /// (0: release it), release channel, publish command (PUBLISH, or SPUBLISH on a
 /// cluster), grace of a reservation (ms).
-/// Returns 1 when released (deleted, or reserved for the queue's head; published),
+/// Returns 1 when released (deleted, or reserved for the waitlist's head; published),
 /// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more.
 ///
 /// A kept key changes its value to `kept:<owner>`, so that a renewal already on its
@@ -179,18 +179,18 @@ if tonumber(ARGV[2]) > 0 then
   redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
   return 2
 end
-{HAND_ON}
+{FREE_FOR_NEXT}
 return 1
 "#
     ))
 });
 
-/// Frees the lock key (KEYS[1]) for the next in line: reserves it for the queue's
+/// Frees the lock key (KEYS[1]) for the next in line: reserves it for the waitlist's
 /// head (KEYS[2], arrival order; KEYS[3], expiries: waiters past theirs are dropped)
 /// and names it on the channel (ARGV[3], published with ARGV[4]) for ARGV[5] ms, or,
 /// with nobody in line, deletes it and says so. Shared by the scripts that free a key.
-const HAND_ON: &str = r#"
-local function hand_on()
+const FREE_FOR_NEXT: &str = r#"
+local function free_for_next()
   if redis.call('EXISTS', KEYS[2]) == 1 then
     local now = redis.call('TIME')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -210,14 +210,14 @@ local function hand_on()
   redis.call('DEL', KEYS[1])
   redis.call(ARGV[4], ARGV[3], '')
 end
-hand_on()
+free_for_next()
 "#;
 
-/// A waiter that gave up leaves the queue; if a release reserved the key for it
+/// A waiter that gave up leaves the waitlist; if a release reserved the key for it
 /// meanwhile, the reservation goes on to the next in line at once instead of running
-/// out. KEYS: lock, waiter queue, waiter expiries. ARGV: waiter id, (unused), release
+/// out. KEYS: lock, waitlist, waitlist expiries. ARGV: waiter id, (unused), release
 /// channel, publish command, grace of a reservation (ms).
-pub(crate) static LEAVE_QUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
+pub(crate) static LEAVE_WAITLIST: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -225,7 +225,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.pcall('GET', KEYS[1]) ~= 'reserved:' .. ARGV[1] then
   return 0
 end
-{HAND_ON}
+{FREE_FOR_NEXT}
 return 1
 "#
     ))

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::queue::{Holder, LocalTurn};
+use crate::turn::{Holder, LocalTurn};
 
 /// What the guard, the watchdog and `lost()` futures share about one held lock.
 pub(crate) struct LockState {
@@ -19,7 +19,7 @@ pub(crate) struct LockState {
     /// it was sent, so never later than Redis's view (see [`LeaseUpdate`]).
     expiry: Mutex<Expiry>,
     origin: Instant,
-    /// This client's turn at the key; handed on as soon as the lock is known lost.
+    /// This client's turn at the key; passed on as soon as the lock is known lost.
     turn: Mutex<Option<LocalTurn>>,
 }
 
@@ -34,7 +34,7 @@ impl LockState {
         state.expiry().nanos = state.nanos_after_origin(sent_at, lease);
         let state = Arc::new(state);
         // The turn is stored before waiters learn of the holder, so that a lease
-        // already run out finds a turn to hand on.
+        // already run out finds a turn to pass.
         let mut slot = state.turn.lock().unwrap_or_else(|e| e.into_inner());
         let holder: Weak<dyn Holder> = Arc::downgrade(&state) as Weak<LockState>;
         slot.insert(turn).set_holder(Some(holder));
@@ -104,7 +104,7 @@ impl LockState {
 
     pub(crate) fn mark_lost(&self) {
         self.lost.send_replace(true);
-        self.hand_on_turn();
+        self.pass_turn();
     }
 
     /// The lease may have run out (the local, conservative estimate).
@@ -117,7 +117,7 @@ impl LockState {
     }
 
     /// Lets this client's next waiter (or a try-lock) have the key's turn.
-    pub(crate) fn hand_on_turn(&self) {
+    pub(crate) fn pass_turn(&self) {
         drop(self.take_turn());
     }
 
@@ -143,7 +143,7 @@ impl LockState {
             let expires_at = self.expires_at();
             if Instant::now() >= expires_at {
                 // Nobody may hold it any more: let this client's next waiter try.
-                self.hand_on_turn();
+                self.pass_turn();
                 return;
             }
             tokio::select! {
@@ -214,7 +214,7 @@ impl Holder for LockState {
         LockState::lease_ran_out(self)
     }
 
-    fn hand_on_turn(&self) {
-        LockState::hand_on_turn(self)
+    fn pass_turn(&self) {
+        LockState::pass_turn(self)
     }
 }

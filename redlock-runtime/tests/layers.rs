@@ -16,7 +16,7 @@ const LAYERS: &[&str] = &[
     "node",          // one server's operations
     "masters",       // the majority over servers (pure tallies + I/O)
     "limits",        // what a request may ask for
-    "queue",         // the in-process turn of a client's tasks, and the hand-off
+    "turn",          // the in-process turn of a client's tasks, and the hand-off
     "state",         // a held lock's shared state (lost? lease until?)
     "watchdog",      // batched renewal
     "cleanup",       // spawn-on-drop

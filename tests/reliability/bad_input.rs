@@ -1042,8 +1042,8 @@ async fn keys_in_the_reserved_namespace_are_refused() {
         "redlock:boot",
         "redlock:anything",
         "redlock:released:job",
-        "redlock:queue:job",
-        "redlock:queue-expiry:job",
+        "redlock:waitlist:job",
+        "redlock:waitlist-expiry:job",
         "redlock:",
     ];
     let single = vec![RedisServer::start()];

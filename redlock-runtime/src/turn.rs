@@ -1,9 +1,10 @@
-//! The per-key FIFO queue of one client's waiters.
+//! The turn: the per-key FIFO line of one client's tasks, and the hand-off of a
+//! lock from one task of the client to the next.
 //!
 //! Before a task talks to Redis about a key it takes that key's turn in its client:
 //! a fair `tokio::sync::Mutex` per key, granted in arrival order. So within a client
-//! only the head of the queue ever competes in Redis, one release wakes one waiter,
-//! and a task that releases and asks again at once queues behind those already
+//! only the first in line ever competes in Redis, one release wakes one waiter,
+//! and a task that releases and asks again at once lines up behind those already
 //! waiting: no barging, no starvation. The turn is held for as long as the lock is,
 //! and handed to the next waiter once Redis has confirmed the release, or as soon as
 //! the lock is known to be lost or its lease has run out, even if its guard lives on
@@ -40,10 +41,10 @@ pub(crate) trait Holder: Send + Sync {
     /// The lease may have run out (the local, conservative estimate).
     fn lease_ran_out(&self) -> bool;
     /// Lets the next in line (or a try-lock) have the turn.
-    fn hand_on_turn(&self);
+    fn pass_turn(&self);
 }
 
-/// One key's queue: the fair mutex, and the state of the lock its holder took.
+/// One key's line: the fair mutex, and the state of the lock its holder took.
 #[derive(Default)]
 struct Entry {
     turn: Arc<tokio::sync::Mutex<()>>,
@@ -77,7 +78,7 @@ pub(crate) struct Baton {
 }
 
 impl Baton {
-    /// Reports whether the lock was still this owner's when it was handed on.
+    /// Reports whether the lock was still this owner's when it was handed off.
     pub(crate) fn finish(mut self, released: bool) {
         if let Some(outcome) = self.outcome.take() {
             let _ = outcome.send(released);
@@ -87,7 +88,7 @@ impl Baton {
 
 /// The releasing side of a hand-off.
 pub(crate) struct HandOff {
-    queues: Arc<LocalQueues>,
+    turns: Arc<Turns>,
     key: String,
     entry: Turnstile,
     picked_up: oneshot::Receiver<()>,
@@ -102,14 +103,14 @@ pub(crate) enum HandOffOutcome {
     NotTaken,
     /// The taker stopped (its acquire was cancelled) before telling whether its script
     /// ran. A release in Redis will clean up; if it finds the key gone, the taker's
-    /// script most likely deleted it (the lease had not run out when it was handed on).
+    /// script most likely deleted it (the lease had not run out when it was handed off).
     Vanished,
 }
 
 impl HandOff {
     pub(crate) async fn outcome(self) -> HandOffOutcome {
         let HandOff {
-            queues,
+            turns,
             key,
             entry,
             picked_up,
@@ -134,7 +135,7 @@ impl HandOff {
         .await;
         // The waiters may all have left meanwhile: forget the key then.
         drop(entry);
-        queues.forget_if_unused(&key);
+        turns.forget_if_unused(&key);
         result
     }
 }
@@ -143,17 +144,17 @@ type Turnstile = Arc<Entry>;
 
 /// Every key some task of this client holds or waits for.
 #[derive(Default)]
-pub(crate) struct LocalQueues {
+pub(crate) struct Turns {
     turnstiles: Mutex<HashMap<String, Turnstile>>,
 }
 
-impl std::fmt::Debug for LocalQueues {
+impl std::fmt::Debug for Turns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalQueues").finish_non_exhaustive()
+        f.debug_struct("Turns").finish_non_exhaustive()
     }
 }
 
-impl LocalQueues {
+impl Turns {
     /// Waits for `key`'s turn until `deadline`; `None` when it did not come in time.
     /// With a deadline already past, takes the turn only if nobody holds or awaits it.
     pub(crate) async fn take_turn(
@@ -173,7 +174,7 @@ impl LocalQueues {
             }
         };
         let mut turn = LocalTurn {
-            queues: self.clone(),
+            turns: self.clone(),
             entry: Some(turnstile.clone()),
             key: key.to_owned(),
             guard: None,
@@ -192,7 +193,7 @@ impl LocalQueues {
                         .and_then(Weak::upgrade);
                     match holder {
                         Some(holder) if holder.lease_ran_out() => {
-                            holder.hand_on_turn();
+                            holder.pass_turn();
                             turnstile.turn.clone().try_lock_owned().ok()
                         }
                         _ => None,
@@ -233,7 +234,7 @@ impl LocalQueues {
 }
 
 /// Waits in line. One waiter at a time also watches the holder's lease, whose end
-/// hands the turn on even if the holder's guard lives on.
+/// passes the turn even if the holder's guard lives on.
 async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     let in_line = entry.turn.clone().lock_owned();
     tokio::pin!(in_line);
@@ -270,7 +271,7 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
         let holder_gone = async {
             match &holder {
                 // Resolves when the holder's lock is lost or its lease ran out; that
-                // hands the turn on (unless its release is under way), and the turn
+                // passes the turn (unless its release is under way), and the turn
                 // then comes in line.
                 Some(holder) => holder.gone().await,
                 None => std::future::pending().await,
@@ -316,7 +317,7 @@ impl Drop for WatchDuty<'_> {
 
 /// A task's turn at a key; the next waiter's turn comes when it is dropped.
 pub(crate) struct LocalTurn {
-    queues: Arc<LocalQueues>,
+    turns: Arc<Turns>,
     entry: Option<Turnstile>,
     key: String,
     guard: Option<OwnedMutexGuard<()>>,
@@ -359,11 +360,11 @@ impl LocalTurn {
             picked_up: Some(picked_up),
             outcome: Some(outcome),
         });
-        let queues = self.queues.clone();
+        let turns = self.turns.clone();
         let key = self.key.clone();
         drop(self);
         Ok(HandOff {
-            queues,
+            turns,
             key,
             entry,
             picked_up: picked_up_rx,
@@ -389,6 +390,6 @@ impl Drop for LocalTurn {
         }
         drop(self.guard.take());
         drop(self.entry.take());
-        self.queues.forget_if_unused(&self.key);
+        self.turns.forget_if_unused(&self.key);
     }
 }

@@ -16,6 +16,7 @@ use crate::limits::{check_max_lease, lease_millis, validate};
 use crate::masters::Outcome;
 use crate::node::{Waiter, slot_is_moving};
 use crate::notify::{Listener, Release};
+use crate::turn::Baton;
 
 /// First and longest pause before retrying after Redis failed to answer.
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
@@ -109,23 +110,95 @@ impl LockRequest {
         result
     }
 
+    /// Check → take the turn → attempt until acquired, waiting for news in between.
     async fn acquire_inner(self, started: Instant) -> Result<LockGuard, LockError> {
+        let plan = Plan::check(self, started)?;
+        let turn = plan
+            .core
+            .turns()
+            .take_turn(&plan.key, plan.deadline)
+            .await
+            .ok_or_else(|| plan.timeout())?;
+        let mut attempts = Attempts::new(&plan, turn.take_baton());
+        loop {
+            let Tried {
+                owner,
+                sent_at,
+                outcome,
+            } = attempts.attempt().await;
+            match outcome {
+                Ok(Outcome::Acquired { fencing_token, .. }) => {
+                    drop(attempts);
+                    return Ok(plan.into_guard(owner, fencing_token, sent_at, turn));
+                }
+                Ok(Outcome::Busy { ttl, split }) => {
+                    attempts.wait_for_news(sent_at, ttl, split).await?
+                }
+                Ok(Outcome::NoQuorum { reached }) => {
+                    let needed = plan.core.masters().quorum();
+                    let key = plan.key.clone();
+                    let error = LockError::NoQuorum {
+                        key,
+                        reached,
+                        needed,
+                    };
+                    attempts.back_off(error).await?
+                }
+                Err(error) if is_transient(&error) => {
+                    attempts
+                        .back_off(LockError::redis(&plan.key, error))
+                        .await?
+                }
+                Ok(Outcome::NotALock { found }) => {
+                    return Err(LockError::NotALock {
+                        key: plan.key.clone(),
+                        found,
+                    });
+                }
+                Ok(Outcome::NotReplicated { confirmed, needed }) => {
+                    return Err(LockError::NotReplicated {
+                        key: plan.key.clone(),
+                        confirmed,
+                        needed,
+                    });
+                }
+                Err(error) => return Err(LockError::redis(&plan.key, error)),
+            }
+        }
+    }
+}
+
+/// A checked request: what every attempt of one acquisition needs.
+struct Plan {
+    core: Arc<Core>,
+    key: String,
+    lease: Duration,
+    lease_ms: u64,
+    watchdog: bool,
+    hold_at_least: Option<Duration>,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Plan {
+    /// Everything that can be refused before a byte is sent.
+    fn check(request: LockRequest, started: Instant) -> Result<Self, LockError> {
         let LockRequest {
-            client,
+            client: core,
             key,
             wait,
             lease,
             hold_at_least,
-        } = self;
+        } = request;
         validate(&key, wait, lease, hold_at_least)?;
-        let masters = &client.masters();
+        let masters = core.masters();
         for (what, value) in [("lease", lease), ("hold_at_least", hold_at_least)] {
             if let Some(value) = value {
                 check_max_lease(masters, &key, what, value)?;
             }
         }
         let watchdog = lease.is_none();
-        let lease = lease.unwrap_or(client.config().watchdog_lease);
+        let lease = lease.unwrap_or(core.config().watchdog_lease);
         let lease_ms = lease_millis(&key, lease)?;
         if masters.validity(lease).is_zero() {
             return Err(LockError::invalid_options(
@@ -136,182 +209,229 @@ impl LockRequest {
                 ),
             ));
         }
-        let deadline = started + wait;
-        let timeout = || LockError::Timeout {
-            key: key.clone(),
-            waited: started.elapsed(),
-        };
+        Ok(Plan {
+            core,
+            key,
+            lease,
+            lease_ms,
+            watchdog,
+            hold_at_least,
+            started,
+            deadline: started + wait,
+        })
+    }
 
-        let turn = client
-            .turns()
-            .take_turn(&key, deadline)
-            .await
-            .ok_or_else(timeout)?;
-        // A holder of this client that released into our hands (see `turn`).
-        let mut baton = turn.take_baton();
-        let mut listeners: Vec<Listener> = Vec::new();
-        // This acquisition's place on the key's waitlist: taken by its
-        // first failed attempt, given back on success or when it gives up. An attempt
-        // that will not wait takes none: it would leave a claim behind it.
-        let mut place = (masters.keeps_waitlist() && Instant::now() < deadline)
-            .then(|| WaitlistPlace::new(&client, &key));
-        let mut backoff = RETRY_BACKOFF.0;
-        loop {
-            // A fresh owner token per attempt: the background clean-up of an attempt
-            // whose reply was lost must not be able to delete a later attempt's lock.
-            let owner = client.fresh_token();
-            let sent_at = Instant::now();
-            let previous_owner = baton.as_ref().map(|baton| baton.owner.as_str());
-            // From this attempt on the place may be taken, even if its reply is lost
-            // (then giving up must give it back).
-            let was_registered = place
-                .as_mut()
-                .map(|place| std::mem::replace(&mut place.registered, true));
-            let waiter = place
-                .as_ref()
-                .zip(was_registered)
-                .map(|(place, registered)| Waiter {
-                    id: &place.id,
-                    registered,
-                });
-            // Armed until the outcome is known: dropped mid-way (during the script, a
-            // replica confirmation or RedLock's fencing write-back), or failed with the
-            // reply lost, whatever this attempt took is released in the background.
-            let undo = SpawnOnDrop::new(|| {
-                let (client, key, owner) = (client.clone(), key.clone(), owner.clone());
-                async move {
-                    let outcome = client.masters().release(&key, &owner, 0).await;
-                    tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
-                }
-            });
-            let outcome = masters
-                .acquire(&key, &owner, lease, lease_ms, previous_owner, waiter)
-                .await;
-            if outcome.is_ok() {
-                undo.disarm();
-            } else {
-                drop(undo);
-            }
-            if let (Some(place), Ok(Outcome::Acquired { .. })) = (place.as_mut(), &outcome) {
-                // The script gave the place back with the success.
-                place.left = true;
-            }
-            if let Some(baton) = baton.take() {
-                // Unknown after an error: the releaser then releases in Redis itself.
-                if let Ok(outcome) = &outcome {
-                    baton.finish(matches!(
-                        outcome,
-                        Outcome::Acquired {
-                            released_previous: true,
-                            ..
-                        }
-                    ));
-                }
-            }
-            let retry_error = match outcome {
-                Ok(Outcome::Acquired { fencing_token, .. }) => {
-                    drop(place);
-                    return Ok(LockGuard::new(Acquired {
-                        client: client.clone(),
-                        key,
-                        owner,
-                        fencing_token,
-                        sent_at,
-                        valid_for: masters.validity(lease),
-                        watchdog,
-                        hold_at_least,
-                        turn,
-                    }));
-                }
-                Ok(Outcome::NotALock { found }) => {
-                    drop(place);
-                    return Err(LockError::NotALock { key, found });
-                }
-                Ok(Outcome::Busy { ttl, split }) => {
-                    backoff = RETRY_BACKOFF.0;
-                    if Instant::now() >= deadline {
-                        return Err(timeout());
-                    }
-                    if listeners.is_empty() {
-                        let id = place.as_ref().map(|place| place.id.clone());
-                        let (fresh, live) =
-                            listen_everywhere(&client, &key, id, sent_at, deadline).await;
-                        listeners = fresh;
-                        if !live {
-                            // A fresh subscription: try again at once, since a release
-                            // published between the attempt and the subscription was missed.
-                            continue;
-                        }
-                    }
-                    // Retry at a release message that lets us, or when the holder's lease
-                    // (or a reservation for another client) runs out.
-                    let lease_end = sent_at + ttl + Duration::from_millis(1);
-                    let mut fallback: Option<Instant> = None;
-                    loop {
-                        let wake_at = fallback
-                            .map_or(lease_end, |at| at.min(lease_end))
-                            .min(deadline);
-                        let released = futures_util::future::select_all(
-                            listeners
-                                .iter()
-                                .map(|listener| Box::pin(listener.released())),
-                        );
-                        tokio::select! {
-                            (news, _, _) = released => match news {
-                                Release::Free | Release::ForUs => break,
-                                // Reserved for the client that waited longest: wait, but
-                                // not past the reservation, in case that client died.
-                                Release::ForAnother => {
-                                    let grace = client.config().reservation_grace;
-                                    fallback = Some(Instant::now() + grace + Duration::from_millis(5));
-                                }
-                                Release::Taken(None) => fallback = None,
-                                // Taken by a holder whose lease may end sooner than the
-                                // one this waiter was told.
-                                Release::Taken(Some(lease)) => {
-                                    fallback = Some(Instant::now() + lease + Duration::from_millis(1));
-                                }
-                                // Kept for `hold_at_least`: free when that ends.
-                                Release::Kept(rest) => {
-                                    fallback = Some(Instant::now() + rest + Duration::from_millis(1));
-                                }
-                            },
-                            _ = tokio::time::sleep_until(wake_at) => break,
-                        }
-                    }
-                    if split {
-                        // Two clients split the masters between them: retry after a random
-                        // pause so that one of them gets ahead.
-                        let jitter =
-                            Duration::from_micros((uuid::Uuid::new_v4().as_u128() % 20_000) as u64);
-                        tokio::time::sleep_until((Instant::now() + jitter).min(deadline)).await;
-                    }
-                    continue;
-                }
-                Ok(Outcome::NotReplicated { confirmed, needed }) => {
-                    drop(place);
-                    return Err(LockError::NotReplicated {
-                        key,
-                        confirmed,
-                        needed,
-                    });
-                }
-                Ok(Outcome::NoQuorum { reached }) => LockError::NoQuorum {
-                    key: key.clone(),
-                    reached,
-                    needed: masters.quorum(),
-                },
-                Err(error) if is_transient(&error) => LockError::redis(&key, error),
-                Err(error) => return Err(LockError::redis(&key, error)),
-            };
-            // Redis (or a majority of the masters) did not answer: retry until the wait runs out.
-            if Instant::now() + backoff >= deadline {
-                return Err(retry_error);
-            }
-            tracing::debug!(error = %retry_error, ?backoff, "redlock: Redis unavailable; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(RETRY_BACKOFF.1);
+    fn timeout(&self) -> LockError {
+        LockError::Timeout {
+            key: self.key.clone(),
+            waited: self.started.elapsed(),
         }
+    }
+
+    fn into_guard(
+        self,
+        owner: String,
+        fencing_token: u64,
+        sent_at: Instant,
+        turn: crate::turn::LocalTurn,
+    ) -> LockGuard {
+        let valid_for = self.core.masters().validity(self.lease);
+        LockGuard::new(Acquired {
+            client: self.core,
+            key: self.key,
+            owner,
+            fencing_token,
+            sent_at,
+            valid_for,
+            watchdog: self.watchdog,
+            hold_at_least: self.hold_at_least,
+            turn,
+        })
+    }
+}
+
+/// What one attempt sent and found.
+struct Tried {
+    owner: String,
+    sent_at: Instant,
+    outcome: redis::RedisResult<Outcome>,
+}
+
+/// What an acquisition carries from one attempt to the next.
+struct Attempts<'a> {
+    plan: &'a Plan,
+    /// A holder of this client that released into our hands (see `turn`).
+    baton: Option<Baton>,
+    /// This acquisition's place on the key's waitlist: taken by its first failed
+    /// attempt, given back on success or when it gives up. An attempt that will not
+    /// wait takes none: it would leave a claim behind it.
+    place: Option<WaitlistPlace<'a>>,
+    listeners: Vec<Listener>,
+    backoff: Duration,
+}
+
+impl<'a> Attempts<'a> {
+    fn new(plan: &'a Plan, baton: Option<Baton>) -> Self {
+        let place = (plan.core.masters().keeps_waitlist() && Instant::now() < plan.deadline)
+            .then(|| WaitlistPlace::new(&plan.core, &plan.key));
+        Attempts {
+            plan,
+            baton,
+            place,
+            listeners: Vec::new(),
+            backoff: RETRY_BACKOFF.0,
+        }
+    }
+
+    /// One run of the acquire script (on every master with RedLock).
+    async fn attempt(&mut self) -> Tried {
+        let plan = self.plan;
+        // A fresh owner token per attempt: the background clean-up of an attempt whose
+        // reply was lost must not be able to delete a later attempt's lock.
+        let owner = plan.core.fresh_token();
+        let sent_at = Instant::now();
+        let previous_owner = self.baton.as_ref().map(|baton| baton.owner.as_str());
+        // From this attempt on the place may be taken, even if its reply is lost (then
+        // giving up must give it back).
+        let was_registered = self
+            .place
+            .as_mut()
+            .map(|place| std::mem::replace(&mut place.registered, true));
+        let waiter = self
+            .place
+            .as_ref()
+            .zip(was_registered)
+            .map(|(place, registered)| Waiter {
+                id: &place.id,
+                registered,
+            });
+        // Armed until the outcome is known: dropped mid-way (during the script, a
+        // replica confirmation or RedLock's fencing write-back), or failed with the
+        // reply lost, whatever this attempt took is released in the background.
+        let undo = SpawnOnDrop::new(|| {
+            let (core, key, owner) = (plan.core.clone(), plan.key.clone(), owner.clone());
+            async move {
+                let outcome = core.masters().release(&key, &owner, 0).await;
+                tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+            }
+        });
+        let outcome = plan
+            .core
+            .masters()
+            .acquire(
+                &plan.key,
+                &owner,
+                plan.lease,
+                plan.lease_ms,
+                previous_owner,
+                waiter,
+            )
+            .await;
+        if outcome.is_ok() {
+            undo.disarm();
+        } else {
+            drop(undo);
+        }
+        if let (Some(place), Ok(Outcome::Acquired { .. })) = (self.place.as_mut(), &outcome) {
+            // The script gave the place back with the success.
+            place.left = true;
+        }
+        if let Some(baton) = self.baton.take() {
+            // Unknown after an error: the releaser then releases in Redis itself.
+            if let Ok(outcome) = &outcome {
+                baton.finish(matches!(
+                    outcome,
+                    Outcome::Acquired {
+                        released_previous: true,
+                        ..
+                    }
+                ));
+            }
+        }
+        Tried {
+            owner,
+            sent_at,
+            outcome,
+        }
+    }
+
+    /// The key is busy: waits for a release message that lets this waiter try, or for
+    /// the holder's lease (or a reservation for another client) to run out.
+    async fn wait_for_news(
+        &mut self,
+        sent_at: Instant,
+        ttl: Duration,
+        split: bool,
+    ) -> Result<(), LockError> {
+        let plan = self.plan;
+        self.backoff = RETRY_BACKOFF.0;
+        if Instant::now() >= plan.deadline {
+            return Err(plan.timeout());
+        }
+        if self.listeners.is_empty() {
+            let id = self.place.as_ref().map(|place| place.id.clone());
+            let (fresh, live) =
+                listen_everywhere(&plan.core, &plan.key, id, sent_at, plan.deadline).await;
+            self.listeners = fresh;
+            if !live {
+                // A fresh subscription: try again at once, since a release published
+                // between the attempt and the subscription was missed.
+                return Ok(());
+            }
+        }
+        let lease_end = sent_at + ttl + Duration::from_millis(1);
+        let mut fallback: Option<Instant> = None;
+        loop {
+            let wake_at = fallback
+                .map_or(lease_end, |at| at.min(lease_end))
+                .min(plan.deadline);
+            let released = futures_util::future::select_all(
+                self.listeners
+                    .iter()
+                    .map(|listener| Box::pin(listener.released())),
+            );
+            tokio::select! {
+                (news, _, _) = released => match news {
+                    Release::Free | Release::ForUs => break,
+                    // Reserved for the client that waited longest: wait, but not past
+                    // the reservation, in case that client died.
+                    Release::ForAnother => {
+                        let grace = plan.core.config().reservation_grace;
+                        fallback = Some(Instant::now() + grace + Duration::from_millis(5));
+                    }
+                    Release::Taken(None) => fallback = None,
+                    // Taken by a holder whose lease may end sooner than the one this
+                    // waiter was told.
+                    Release::Taken(Some(lease)) => {
+                        fallback = Some(Instant::now() + lease + Duration::from_millis(1));
+                    }
+                    // Kept for `hold_at_least`: free when that ends.
+                    Release::Kept(rest) => {
+                        fallback = Some(Instant::now() + rest + Duration::from_millis(1));
+                    }
+                },
+                _ = tokio::time::sleep_until(wake_at) => break,
+            }
+        }
+        if split {
+            // Two clients split the masters between them: retry after a random pause so
+            // that one of them gets ahead.
+            let jitter = Duration::from_micros((uuid::Uuid::new_v4().as_u128() % 20_000) as u64);
+            tokio::time::sleep_until((Instant::now() + jitter).min(plan.deadline)).await;
+        }
+        Ok(())
+    }
+
+    /// Redis (or a majority of the masters) did not answer: pauses before the next
+    /// attempt, or gives up with `error` when the wait would run out first.
+    async fn back_off(&mut self, error: LockError) -> Result<(), LockError> {
+        if Instant::now() + self.backoff >= self.plan.deadline {
+            return Err(error);
+        }
+        tracing::debug!(%error, backoff = ?self.backoff, "redlock: Redis unavailable; retrying");
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(RETRY_BACKOFF.1);
+        Ok(())
     }
 }
 

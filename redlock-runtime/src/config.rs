@@ -137,7 +137,61 @@ pub(crate) fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
+
+    #[test]
+    fn settings_at_their_edges_are_refused_by_name() {
+        let refused = |config: ClientConfig, redlock: bool, name: &str| {
+            let reason = config.validate(redlock).expect_err(name);
+            assert!(reason.contains(name), "{reason}");
+        };
+        assert!(ClientConfig::default().validate(false).is_ok());
+        assert!(ClientConfig::default().validate(true).is_ok());
+        for tiny in [Duration::ZERO, Duration::from_nanos(1)] {
+            let config = |f: fn(&mut ClientConfig, Duration)| {
+                let mut config = ClientConfig::default();
+                f(&mut config, tiny);
+                config
+            };
+            refused(
+                config(|c, d| c.response_timeout = d),
+                false,
+                "response_timeout",
+            );
+            refused(
+                config(|c, d| c.connect_timeout = d),
+                false,
+                "connect_timeout",
+            );
+            refused(config(|c, d| c.watchdog_lease = d), false, "watchdog_lease");
+            refused(config(|c, d| c.renew_every = d), false, "renew_every");
+            refused(
+                config(|c, d| c.node_timeout = Some(d)),
+                true,
+                "node_timeout",
+            );
+            refused(config(|c, d| c.max_lease = Some(d)), true, "max_lease");
+            // `WAIT 0` would block forever.
+            refused(
+                config(|c, d| c.confirm_replicas = Some((1, d))),
+                false,
+                "confirm_replicas",
+            );
+        }
+        let mut huge = ClientConfig::default();
+        huge.reservation_grace = Duration::MAX;
+        refused(huge, false, "reservation_grace");
+        let mut huge = ClientConfig::default();
+        huge.response_timeout = Duration::MAX;
+        refused(huge, false, "response_timeout");
+        let mut redlock = ClientConfig::default();
+        redlock.confirm_replicas = Some((1, Duration::from_secs(1)));
+        refused(redlock, true, "confirm_replicas");
+        let mut short = ClientConfig::default();
+        short.max_lease = Some(Duration::from_secs(5));
+        refused(short.clone(), true, "max_lease");
+        assert!(short.validate(false).is_ok(), "max_lease is RedLock's");
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

@@ -61,6 +61,47 @@
 //!
 //! # Runtime
 //! A client's connections and its watchdog live in the tokio runtime that created it.
+//!
+//! # Design
+//! For contributors: how the runtime is built, bottom up. Each module uses only those
+//! above it in this list (`tests/layers.rs` fails on an upward path); the decisions are
+//! plain functions or state machines with unit tests, and the I/O is around them.
+//!
+//! | layer | modules | concern |
+//! |---|---|---|
+//! | basics | `error`, `config` | [`LockError`]; client settings, their limits and checks |
+//! | wire | `scripts`, `sentinel`, `connection` | the Lua scripts and the fencing scheme; one connection to a server, a Cluster or Sentinel's primary; key, slot and channel names |
+//! | news | `notify` | release messages demultiplexed to the waiters of one client (`Release::parse`) |
+//! | servers | `node`, `masters` | one server's operations as single script calls (reply parsing: `parse_attempt`); RedLock's majority (`Tally`, `MajorityCount`: pure counting) with the I/O around it |
+//! | requests | `limits` | what a request may ask for, refused before anything is sent |
+//! | in-process | `turn`, `state`, `watchdog`, `cleanup` | the *turn* (a client's per-key FIFO line of tasks) and the *hand-off* inside it; a held lock's shared state (lost? lease surely until when?); batched renewal; the one spawn-on-drop helper |
+//! | client | `core`, `guard`, `acquire`, `client` | a client's shared core (servers, settings, turns, watchdog, owner tokens); [`LockGuard`]; [`LockRequest`]; [`LockClient`] and its builder |
+//! | attribute | `macro_support` | the default client, reentrancy, [`current_lock`], what `#[distributed_lock]` calls |
+//!
+//! Words: the **turn** is in-process (one task of a client at a time talks to Redis
+//! about a key); the **waitlist** is in Redis (clients waiting for a key, by arrival;
+//! a release *reserves* the key for its head); a **hand-off** passes a lock from a task
+//! to the next task of the same client inside the latter's acquire script.
+//!
+//! **The life of one acquisition** (`acquire::LockRequest::acquire`): `Plan::check`
+//! refuses what can be refused without Redis (key, durations, `max_lease`); the task
+//! takes its turn at the key (`turn`), picking up a hand-off's baton if a releasing
+//! task left one; then `Attempts` loops — `attempt` runs the acquire script (every
+//! master with RedLock, decided by `masters::Tally` as soon as a majority settles it;
+//! a clean-up is armed until the outcome is known), and on *busy* `wait_for_news`
+//! subscribes once and sleeps until a release message lets it try (`notify::Release`)
+//! or the lease it was told (or a reservation, or an announced `T:<ms>`/`K:<ms>`) ends;
+//! on no answer `back_off` retries within the wait. The whole call is bounded by
+//! `wait` plus the response timeout. Acquired, the guard gets a `state::LockState`
+//! holding the turn; the watchdog renews it in batches; `release` hands off to the
+//! next task of the client or frees the key in Redis (reserving it for the waitlist's
+//! head), then passes the turn.
+//!
+//! **More primitives** (read-write lock, semaphore, election) reuse all of this: the
+//! connection and notifications, the turn and waiting loop, the watchdog, fencing,
+//! the guard's life cycle and the clean-up on drop. Each adds its own scripts (in
+//! `scripts`, with a reply type parsed in `node`) and its own request type beside
+//! `acquire`, whose `Attempts` only needs "try" and "what did the reply say".
 
 mod acquire;
 mod cleanup;

@@ -383,7 +383,7 @@ async fn a_release_during_a_slot_migration_frees_the_lock() {
     let (outlasted, took) = (migration.ending(), started.elapsed());
     finisher.join().expect("the migration finished");
     // Today: `TryAgain: Multiple keys request during rehashing of slot` after ~2.6 s
-    // (the source has the lock key but not the queue keys; redis-rs retries twice).
+    // (the source has the lock key but not the waitlist keys; redis-rs retries twice).
     if let Err(error) = released {
         panic!("a release during a slot migration failed after {took:?}: {error}");
     }

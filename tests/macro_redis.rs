@@ -60,7 +60,7 @@ async fn exclusive_section(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_id_serialises() {
     let server = RedisServer::start();
-    // Two clients: exclusion inside one client (its local queue) and between clients (Redis).
+    // Two clients: exclusion inside one client (its turn) and between clients (Redis).
     let clients = [client(&server).await, client(&server).await];
     let overlap = Arc::new(Overlap::default());
     let tasks: Vec<_> = (0..8)

@@ -153,9 +153,10 @@ struct Protocol {
     clients: Vec<Vec<Tick>>,
     /// Acquisitions each task makes.
     rounds: u8,
-    /// The proposed fix (see `mixed_leases_leave_a_waiter_asleep_on_a_free_key`): the
-    /// message of a reservation taken, `T:<ms>`, and a new one published by a hand-off,
-    /// tell the new holder's lease; a waiter sleeps no longer than that.
+    /// The protocol's fix for mixed leases (off only in
+    /// `without_announcing_the_new_lease_a_waiter_sleeps_on_a_free_key`): the message of
+    /// a reservation taken, `T:<ms>`, and one published by a hand-off, tell the new
+    /// holder's lease; a waiter sleeps no longer than that.
     announce_lease: bool,
     grace: Tick,
     /// How long a registration outlives the holder's lease.

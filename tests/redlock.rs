@@ -393,8 +393,6 @@ async fn late_in_a_wall_clock_second() {
     tokio::time::sleep(Duration::from_millis(u64::from(pause))).await;
 }
 
-/// SIGSTOPs a master; SIGCONTs it when dropped, panic or not, so that the kill on
-/// drop reaps a running process.
 /// Two clients of `masters` (a holder and a rival), each past its first lock.
 async fn two_warm_clients(
     masters: &[RedisServer],
@@ -414,6 +412,8 @@ async fn two_warm_clients(
     (holder, rival)
 }
 
+/// SIGSTOPs a master; SIGCONTs it when dropped, panic or not, so that the kill on
+/// drop reaps a running process.
 struct Paused<'a>(&'a RedisServer);
 
 impl<'a> Paused<'a> {

@@ -1,6 +1,6 @@
 //! Releases that must free a lock for everyone, and nothing an acquisition or a release
 //! leaves behind: hold_at_least releases waking other processes' waiters, a client's own
-//! stale holder, try-locks that must not queue, acquires dropped mid-way, a body whose
+//! stale holder, try-locks that must not join the waitlist, acquires dropped mid-way, a body whose
 //! lock vanished, renewals racing releases and extends, an early release keeping the key
 //! for hold_at_least, releases interrupted mid-way.
 //!
@@ -241,15 +241,15 @@ async fn a_failed_try_lock_leaves_no_claim() {
         });
     assert_eq!(
         queued, "0",
-        "a try-lock that would not wait joined the queue of waiting clients"
+        "a try-lock that would not wait joined the waitlist"
     );
     assert_eq!(
         expiries, "0",
-        "a try-lock that would not wait registered an expiry in the queue"
+        "a try-lock that would not wait registered an expiry on the waitlist"
     );
     next.release().await.unwrap();
-    let left = server.cli(&["KEYS", "redlock:queue*"]);
-    assert!(left.is_empty(), "queue keys left behind: {left}");
+    let left = server.cli(&["KEYS", "redlock:waitlist*"]);
+    assert!(left.is_empty(), "waitlist keys left behind: {left}");
 }
 
 // ---------------------------------------------------------------------------------------

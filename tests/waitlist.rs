@@ -1,4 +1,4 @@
-//! The waitlist: waiting clients queue in Redis (`redlock:waitlist:*` and
+//! The waitlist: waiting clients line up in Redis (`redlock:waitlist:*` and
 //! `redlock:waitlist-expiry:*`), a release wakes only the first in line, and a first-in-line
 //! waiter that died costs the others only the reservation grace.
 
@@ -29,7 +29,7 @@ async fn waiting_clients_join_the_waitlist_and_a_release_wakes_only_the_first() 
         calls < 80 * 11 / 2,
         "{calls} scripts for 80 acquisitions by 8 clients"
     );
-    let left = server.cli(&["KEYS", "redlock:queue*"]);
+    let left = server.cli(&["KEYS", "redlock:waitlist*"]);
     assert!(left.is_empty(), "the waitlist outlived its waiters: {left}");
 }
 

@@ -48,9 +48,9 @@ impl CycleCommands {
             .expect("rslock's unlock EVALSHA");
         warm.retain(|c| !c.from_script);
         // One cycle sends the acquire script (5 keys: the lock, the fence counter, the
-        // key's two waiter-queue keys and, on one server, the lock again in place of
+        // key's two waitlist keys and, on one server, the lock again in place of
         // RedLock's restart marker) and the release script (3 keys: the lock and the
-        // queue keys). redis-benchmark replays them as sent, on a random lock
+        // waitlist keys). redis-benchmark replays them as sent, on a random lock
         // key and with a fixed owner (so that some of its releases find their own lock).
         let replay = |keys: &str| -> Vec<String> {
             let sent = warm

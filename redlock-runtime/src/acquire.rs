@@ -342,7 +342,7 @@ impl<'a> Attempts<'a> {
                 baton.finish(matches!(
                     outcome,
                     Outcome::Acquired {
-                        released_previous: true,
+                        handed_off: true,
                         ..
                     }
                 ));
@@ -390,25 +390,12 @@ impl<'a> Attempts<'a> {
                     .iter()
                     .map(|listener| Box::pin(listener.released())),
             );
+            let grace = plan.core.config().reservation_grace;
             tokio::select! {
-                (news, _, _) = released => match news {
-                    Release::Free | Release::ForUs => break,
-                    // Reserved for the client that waited longest: wait, but not past
-                    // the reservation, in case that client died.
-                    Release::ForAnother => {
-                        let grace = plan.core.config().reservation_grace;
-                        fallback = Some(Instant::now() + grace + Duration::from_millis(5));
-                    }
-                    Release::Taken(None) => fallback = None,
-                    // Taken by a holder whose lease may end sooner than the one this
-                    // waiter was told.
-                    Release::Taken(Some(lease)) => {
-                        fallback = Some(Instant::now() + lease + Duration::from_millis(1));
-                    }
-                    // Kept for `hold_at_least`: free when that ends.
-                    Release::Kept(rest) => {
-                        fallback = Some(Instant::now() + rest + Duration::from_millis(1));
-                    }
+                (news, _, _) = released => match wake_on(news, Instant::now(), grace) {
+                    Wake::Now => break,
+                    Wake::By(at) => fallback = Some(at),
+                    Wake::AtLeaseEnd => fallback = None,
                 },
                 _ = tokio::time::sleep_until(wake_at) => break,
             }
@@ -432,6 +419,34 @@ impl<'a> Attempts<'a> {
         tokio::time::sleep(self.backoff).await;
         self.backoff = (self.backoff * 2).min(RETRY_BACKOFF.1);
         Ok(())
+    }
+}
+
+/// When a waiter should try again after a release message.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake {
+    Now,
+    /// Not later than this (the lease or reservation it names may end sooner than the
+    /// lease the waiter was told).
+    By(Instant),
+    /// At the end of the lease the waiter was told.
+    AtLeaseEnd,
+}
+
+/// What a release message means for a waiter's sleep.
+fn wake_on(news: Release, now: Instant, grace: Duration) -> Wake {
+    let margin = Duration::from_millis(1);
+    match news {
+        Release::Free | Release::ForUs => Wake::Now,
+        // Reserved for the client that waited longest: wait, but not past the
+        // reservation, in case that client died.
+        Release::ForAnother => Wake::By(now + grace + Duration::from_millis(5)),
+        Release::Taken(None) => Wake::AtLeaseEnd,
+        // Taken by a holder whose lease may end sooner than the one this waiter was
+        // told (the gap the model check found).
+        Release::Taken(Some(lease)) => Wake::By(now + lease + margin),
+        // Kept for `hold_at_least`: free when that ends.
+        Release::Kept(rest) => Wake::By(now + rest + margin),
     }
 }
 
@@ -506,13 +521,11 @@ impl Drop for WaitlistPlace<'_> {
         if !self.registered || self.left {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.client.clone();
-        let key = self.key.to_owned();
-        let id = std::mem::take(&mut self.id);
-        runtime.spawn(async move { client.masters().leave_waitlist(&key, &id).await });
+        drop(SpawnOnDrop::new(|| {
+            let (client, key) = (self.client.clone(), self.key.to_owned());
+            let id = std::mem::take(&mut self.id);
+            async move { client.masters().leave_waitlist(&key, &id).await }
+        }));
     }
 }
 
@@ -532,4 +545,31 @@ fn is_transient(error: &redis::RedisError) -> bool {
         || error.is_connection_refusal()
         || error.is_timeout()
         || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_message_tells_a_waiter_when_to_try() {
+        let now = Instant::now();
+        let grace = Duration::from_millis(100);
+        let ms = Duration::from_millis;
+        assert_eq!(wake_on(Release::Free, now, grace), Wake::Now);
+        assert_eq!(wake_on(Release::ForUs, now, grace), Wake::Now);
+        assert_eq!(
+            wake_on(Release::ForAnother, now, grace),
+            Wake::By(now + ms(105))
+        );
+        assert_eq!(
+            wake_on(Release::Taken(Some(ms(300))), now, grace),
+            Wake::By(now + ms(301))
+        );
+        assert_eq!(wake_on(Release::Taken(None), now, grace), Wake::AtLeaseEnd);
+        assert_eq!(
+            wake_on(Release::Kept(ms(900)), now, grace),
+            Wake::By(now + ms(901))
+        );
+    }
 }

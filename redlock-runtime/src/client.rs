@@ -152,6 +152,18 @@ impl LockClient {
     }
 }
 
+impl LockClient {
+    /// Number of locks this client currently renews in watchdog mode.
+    pub fn watched_locks(&self) -> usize {
+        self.inner.watchdog().len()
+    }
+
+    /// Number of keys this client's tasks hold or wait for.
+    pub fn active_keys(&self) -> usize {
+        self.inner.turns().len()
+    }
+}
+
 enum Target {
     Url(String),
     Info(Box<redis::ConnectionInfo>),

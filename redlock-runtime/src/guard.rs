@@ -193,15 +193,15 @@ impl Holding {
         // A lock whose lease may have run out is released in Redis, whose answer then
         // says truthfully whether it was still ours.
         let mut turn = None;
-        let mut handed_on = None;
+        let mut handed_off = None;
         if keep == 0 && masters.can_hand_off() && !state.is_lost() {
             match state.take_turn().map(|turn| turn.hand_off(&owner)) {
-                Some(Ok(hand_off)) => handed_on = Some(hand_off.outcome().await),
+                Some(Ok(hand_off)) => handed_off = Some(hand_off.outcome().await),
                 Some(Err(kept)) => turn = Some(kept),
                 None => {}
             }
         }
-        let outcome = match handed_on {
+        let outcome = match handed_off {
             Some(HandOffOutcome::Done { released }) => Ok(released),
             // Not ours any more: the taker's script deleted it, unless the lease had
             // run out (then it may have expired, or been taken by another client).
@@ -239,21 +239,18 @@ impl Drop for LockGuard {
         let Some(held) = self.held.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let key = std::mem::take(&mut self.key);
-                runtime.spawn(async move {
-                    if let Err(error) = held.release(&key).await {
-                        tracing::debug!(%error, "redlock: background release of a dropped guard");
-                    }
-                });
-            }
-            Err(_) => {
-                // No runtime to talk to Redis: the lease will run out by itself.
-                if let Some(id) = held.watchdog_id {
-                    held.client.watchdog().forget(id);
+        // Stop renewing now: with no runtime to release on, the lease then runs out by
+        // itself (the release, when it runs, forgets it too).
+        if let Some(id) = held.watchdog_id {
+            held.client.watchdog().forget(id);
+        }
+        drop(SpawnOnDrop::new(|| {
+            let key = std::mem::take(&mut self.key);
+            async move {
+                if let Err(error) = held.release(&key).await {
+                    tracing::debug!(%error, "redlock: background release of a dropped guard");
                 }
             }
-        }
+        }));
     }
 }

@@ -63,20 +63,45 @@
 //! A client's connections and its watchdog live in the tokio runtime that created it.
 //!
 //! # Design
-//! For contributors: how the runtime is built, bottom up. Each module uses only those
-//! above it in this list (`tests/layers.rs` fails on an upward path); the decisions are
-//! plain functions or state machines with unit tests, and the I/O is around them.
+//! For contributors: how the runtime is built, bottom up. Each module uses only the
+//! modules of the layers before it (`tests/layers.rs` fails on any other path). The
+//! decisions that need no Redis — what a reply means, whether a majority holds, what a
+//! release message says, what a request or a setting may be — are plain functions with
+//! unit tests; the I/O is around them; the protocol as a whole is model-checked
+//! (`tests/model.rs`).
 //!
-//! | layer | modules | concern |
-//! |---|---|---|
-//! | basics | `error`, `config` | [`LockError`]; client settings, their limits and checks |
-//! | wire | `scripts`, `sentinel`, `connection` | the Lua scripts and the fencing scheme; one connection to a server, a Cluster or Sentinel's primary; key, slot and channel names |
-//! | news | `notify` | release messages demultiplexed to the waiters of one client (`Release::parse`) |
-//! | servers | `node`, `masters` | one server's operations as single script calls (reply parsing: `parse_attempt`); RedLock's majority (`Tally`, `MajorityCount`: pure counting) with the I/O around it |
-//! | requests | `limits` | what a request may ask for, refused before anything is sent |
-//! | in-process | `turn`, `state`, `watchdog`, `cleanup` | the *turn* (a client's per-key FIFO line of tasks) and the *hand-off* inside it; a held lock's shared state (lost? lease surely until when?); batched renewal; the one spawn-on-drop helper |
-//! | client | `core`, `guard`, `acquire`, `client` | a client's shared core (servers, settings, turns, watchdog, owner tokens); [`LockGuard`]; [`LockRequest`]; [`LockClient`] and its builder |
-//! | attribute | `macro_support` | the default client, reentrancy, [`current_lock`], what `#[distributed_lock]` calls |
+//! **Basics** — `error` (the one [`LockError`]) and `config` (client settings, their
+//! limits and the checks naming a bad one; how a URL is shown) depend on nothing.
+//!
+//! **Wire** — `scripts` holds every Lua script, the names of the keys the library keeps
+//! and the fencing scheme; `sentinel` follows the primary Sentinel names;
+//! `connection` is one connection to a server, a Cluster or that primary, and knows
+//! where a key's companion keys and channel live (slots, hash tags).
+//!
+//! **News** — `notify` subscribes to release channels over the client's one RESP3
+//! connection and tells each waiter what a message means for it (`Release::parse`).
+//!
+//! **Servers** — `node` is one server: each lock operation as one script call, its reply
+//! parsed into a type (`parse_attempt`), retries while a Cluster slot moves, confirmed
+//! acquisitions on connections of their own. `masters` is the majority over servers
+//! (RedLock): `Tally` and `MajorityCount` decide from the answers so far, pure, and the
+//! I/O around them lets slow masters finish in the background.
+//!
+//! **Requests** — `limits` refuses what a request may not ask for (key, durations,
+//! `max_lease`) before anything is sent.
+//!
+//! **In-process** — `turn` is a client's per-key FIFO line of tasks and the hand-off of a
+//! lock to the next task in it; `state` is one held lock's shared state (lost? lease
+//! surely until when?), which holds the turn and passes it; `watchdog` renews every
+//! lock of a client in one pipeline per tick; `cleanup` is the one way to finish
+//! interrupted work in the background.
+//!
+//! **Client** — `core` is what all clones of a client share (servers, settings, turns,
+//! watchdog, owner tokens), reached through methods; `guard` is [`LockGuard`]; `acquire`
+//! is [`LockRequest`]; `client` is [`LockClient`] and its builder.
+//!
+//! **Attribute** — `macro_support`: the default client, reentrancy, [`current_lock`],
+//! and `run_locked`, which the expansion of `#[distributed_lock]` calls.
 //!
 //! Words: the **turn** is in-process (one task of a client at a time talks to Redis
 //! about a key); the **waitlist** is in Redis (clients waiting for a key, by arrival;
@@ -97,11 +122,12 @@
 //! next task of the client or frees the key in Redis (reserving it for the waitlist's
 //! head), then passes the turn.
 //!
-//! **More primitives** (read-write lock, semaphore, election) reuse all of this: the
-//! connection and notifications, the turn and waiting loop, the watchdog, fencing,
-//! the guard's life cycle and the clean-up on drop. Each adds its own scripts (in
-//! `scripts`, with a reply type parsed in `node`) and its own request type beside
-//! `acquire`, whose `Attempts` only needs "try" and "what did the reply say".
+//! **More primitives** (read-write lock, semaphore, election) are meant to reuse the
+//! connection and notifications, the turn, the watchdog, fencing, the guard's life
+//! cycle and the clean-up on drop. Each will add its scripts (in `scripts`, with a
+//! reply type parsed in `node`), an operation in `masters`, and its own request beside
+//! `acquire`; today `Attempts` is written for the exclusive lock's `Outcome`, and
+//! making it generic over "try, and what the reply says" is the first step there.
 
 mod acquire;
 mod cleanup;
@@ -141,16 +167,4 @@ pub mod __private {
     pub use ::core::time::Duration;
     pub use ::std::format;
     pub use ::std::string::String;
-}
-
-impl LockClient {
-    /// Number of locks this client currently renews in watchdog mode.
-    pub fn watched_locks(&self) -> usize {
-        self.inner.watchdog().len()
-    }
-
-    /// Number of keys this client's tasks hold or wait for.
-    pub fn active_keys(&self) -> usize {
-        self.inner.turns().len()
-    }
 }

@@ -43,7 +43,7 @@ pub(crate) enum Outcome {
     Acquired {
         fencing_token: u64,
         /// The hand-off's previous owner still held the lock, and it was deleted.
-        released_previous: bool,
+        handed_off: bool,
     },
     /// Acquired, but fewer replicas than required confirmed it; undone.
     NotReplicated {
@@ -131,11 +131,7 @@ impl Masters {
     /// How long a lease of `lease` is surely ours, counted from before the acquire was
     /// sent: the whole lease on one server, less the allowed clock drift with RedLock.
     pub(crate) fn validity(&self, lease: Duration) -> Duration {
-        if self.is_single() {
-            lease
-        } else {
-            lease.saturating_sub(lease / 100 + Duration::from_millis(2))
-        }
+        validity_of(lease, !self.is_single())
     }
 
     fn node_timeout(&self, lease: Duration) -> Duration {
@@ -167,12 +163,9 @@ impl Masters {
             };
             return Ok(match self.confirm_replicas {
                 None => match node.acquire(&request).await?.0 {
-                    Attempt::Acquired {
-                        token,
-                        released_previous,
-                    } => Outcome::Acquired {
+                    Attempt::Acquired { token, handed_off } => Outcome::Acquired {
                         fencing_token: token,
-                        released_previous,
+                        handed_off,
                     },
                     Attempt::Busy { ttl } => Outcome::Busy { ttl, split: false },
                     Attempt::NotALock { found } => Outcome::NotALock { found },
@@ -182,7 +175,7 @@ impl Masters {
                         (Attempt::Acquired { token, .. }, _, confirmed) if confirmed >= needed => {
                             Outcome::Acquired {
                                 fencing_token: token,
-                                released_previous: false,
+                                handed_off: false,
                             }
                         }
                         (Attempt::Acquired { .. }, _, confirmed) => {
@@ -274,7 +267,7 @@ impl Masters {
                 self.finish_in_background(pending, None);
                 Ok(Outcome::Acquired {
                     fencing_token,
-                    released_previous: false,
+                    handed_off: false,
                 })
             }
             None => {
@@ -538,6 +531,16 @@ impl Masters {
     }
 }
 
+/// How long a lease is surely ours: all of it on one server; with RedLock, less the
+/// allowed drift between the masters' clocks (1 % of the lease + 2 ms).
+fn validity_of(lease: Duration, redlock: bool) -> Duration {
+    if redlock {
+        lease.saturating_sub(lease / 100 + Duration::from_millis(2))
+    } else {
+        lease
+    }
+}
+
 fn quorum_of(masters: usize) -> usize {
     masters / 2 + 1
 }
@@ -773,7 +776,7 @@ mod tests {
         Some((
             Attempt::Acquired {
                 token,
-                released_previous: false,
+                handed_off: false,
             },
             Boot::Votes,
         ))
@@ -880,6 +883,17 @@ mod tests {
                 adopt: true
             })
         );
+    }
+
+    #[test]
+    fn validity_allows_for_clock_drift_with_redlock_only() {
+        let ms = Duration::from_millis;
+        assert_eq!(validity_of(ms(10_000), false), ms(10_000));
+        assert_eq!(validity_of(ms(10_000), true), ms(9_898));
+        assert_eq!(validity_of(ms(2), true), Duration::ZERO);
+        assert_eq!(quorum_of(1), 1);
+        assert_eq!(quorum_of(3), 2);
+        assert_eq!(quorum_of(5), 3);
     }
 
     #[test]

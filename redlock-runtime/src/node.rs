@@ -19,10 +19,10 @@ use crate::sentinel::SentinelConnection;
 
 /// What one acquire script run found.
 pub(crate) enum Attempt {
-    /// `released_previous`: the hand-off's previous owner still held it, and was deleted.
+    /// `handed_off`: the hand-off's previous owner still held it, and its lock was deleted.
     Acquired {
         token: u64,
-        released_previous: bool,
+        handed_off: bool,
     },
     Busy {
         ttl: Duration,
@@ -563,7 +563,7 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
             let token = number(value).ok_or_else(bad_reply)?;
             Ok(Attempt::Acquired {
                 token,
-                released_previous: number(reply.get(2)) == Some(1),
+                handed_off: number(reply.get(2)) == Some(1),
             })
         }
         Some(Value::Int(0)) => number(value)
@@ -709,7 +709,7 @@ mod tests {
             attempt,
             Attempt::Acquired {
                 token: 1795404822378057,
-                released_previous: true
+                handed_off: true
             }
         ));
         assert_eq!(boot, Boot::Votes);

@@ -52,7 +52,7 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// KEYS: lock, fence counter, waitlist, waitlist expiries, restart marker (with
 /// RedLock; otherwise the lock key again, untouched, so that every key shares a slot).
 /// ARGV: owner token, lease in ms, the owner token of a same-client holder handing the
-/// lock on (empty if none; its lock, if still there, is deleted first: see `turn`'s
+/// lock off (empty if none; its lock, if still there, is deleted first: see `turn`'s
 /// hand-off), this waiter's id (empty for an attempt that will not wait, and with
 /// RedLock, which keeps no waitlist), "1" if an earlier attempt may have registered it on
 /// the waitlist, how long a registration outlives the holder's lease (ms), release
@@ -66,8 +66,8 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// announces it with its lease (`T:<ms>`; a hand-off inside a client does the same),
 /// the others keep waiting without a round trip, until that lease ends at the latest.
 ///
-/// Returns `{1, token, handed, boot}` when acquired (`handed` = 1 if the previous
-/// owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
+/// Returns `{1, token, handed_off, boot}` when acquired (`handed_off` = 1 if the
+/// previous owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
 /// reserved for another waiter, `{-1, type, boot}` when the key holds something redlock
 /// did not write. `boot`: 0 the master may vote; 2 its quarantine runs and its data may
 /// be stale (another process's marker: a restart from a snapshot, a promoted replica);
@@ -104,10 +104,10 @@ if ARGV[9] ~= '' then
     if origin == 'blank' then boot = run_id else boot = 2 end
   end
 end
-local handed = 0
+local handed_off = 0
 if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
   redis.call('DEL', KEYS[1])
-  handed = 1
+  handed_off = 1
 end
 local acquired = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 local reserved = false
@@ -121,7 +121,7 @@ if acquired then
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('ZREM', KEYS[4], ARGV[4])
   end
-  if reserved or handed == 1 then
+  if reserved or handed_off == 1 then
     -- The key changed hands: tell the other waiters when the new lease ends, which may
     -- be sooner than the lease they were told (tests/model.rs found them asleep on a
     -- free key otherwise).
@@ -136,7 +136,7 @@ if acquired then
     token = last + 1
     redis.call('SET', KEYS[2], string.format('%.0f', token))
   end
-  return {1, token, handed, boot}
+  return {1, token, handed_off, boot}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 local kind = redis.call('TYPE', KEYS[1])['ok']

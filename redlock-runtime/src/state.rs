@@ -1,6 +1,6 @@
 //! The state of one held lock, shared by its guard, the watchdog, `current_lock()` and
 //! the waiters of its client: whether it is known lost, and until when its lease surely
-//! lasts. It holds its client's turn at the key and hands it on once the lock is gone.
+//! lasts. It holds its client's turn at the key and passes it once the lock is gone.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -216,5 +216,48 @@ impl Holder for LockState {
 
     fn pass_turn(&self) {
         LockState::pass_turn(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::turn::Turns;
+
+    async fn state(lease: Duration) -> Arc<LockState> {
+        let turns = Arc::new(Turns::default());
+        let turn = turns
+            .take_turn("k", Instant::now() + Duration::from_secs(1))
+            .await
+            .expect("a free turn");
+        LockState::new(Instant::now(), lease, turn)
+    }
+
+    #[tokio::test]
+    async fn only_an_update_nothing_overlapped_sets_the_lease_estimate() {
+        let state = state(Duration::from_secs(10)).await;
+        let long = state.remaining();
+        // Alone and confirmed: the estimate follows it, shorter or longer.
+        state.begin_update(Duration::from_secs(1)).confirmed();
+        assert!(state.remaining() <= Duration::from_secs(1));
+        state.begin_update(Duration::from_secs(20)).confirmed();
+        assert!(state.remaining() > long);
+        // A renewal and a short extend overlap: Redis may apply either last, so
+        // neither may lengthen the estimate, and the shorter one bounds it.
+        let renewal = state.start_update();
+        let extend = state.begin_update(Duration::from_millis(500));
+        let sent_at = Instant::now();
+        extend.confirmed();
+        state.finish_update(renewal, sent_at, Duration::from_secs(30), true);
+        assert!(state.remaining() <= Duration::from_millis(500));
+        // An unknown outcome can only lower it; a cancelled update counts as unknown.
+        drop(state.begin_update(Duration::from_secs(60)));
+        assert!(state.remaining() <= Duration::from_millis(500));
+        state.begin_update(Duration::from_secs(60)).unknown();
+        assert!(state.remaining() <= Duration::from_millis(500));
+        // Lost is lost.
+        state.mark_lost();
+        assert_eq!(state.remaining(), Duration::ZERO);
+        assert!(state.is_lost());
     }
 }

@@ -35,8 +35,8 @@ use tokio::time::Instant;
 /// the turn goes on even if the holder's guard lives on. (The lock's state implements
 /// it; the turn stays below the state, which holds the turn.)
 pub(crate) trait Holder: Send + Sync {
-    /// Resolves when the lock is known lost or its lease ran out (which hands the
-    /// turn on, unless its release is under way).
+    /// Resolves when the lock is known lost or its lease ran out (which passes the
+    /// turn, unless its release is under way).
     fn gone(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
     /// The lease may have run out (the local, conservative estimate).
     fn lease_ran_out(&self) -> bool;
@@ -383,7 +383,7 @@ impl LocalTurn {
 
 impl Drop for LocalTurn {
     fn drop(&mut self) {
-        // Hand the turn on first, then forget the key if nobody else holds a handle to it:
+        // Pass the turn first, then forget the key if nobody else holds a handle to it:
         // every handle is cloned under the map's lock, so the count cannot grow meanwhile.
         if self.guard.is_some() {
             self.set_holder(None);
@@ -391,5 +391,38 @@ impl Drop for LocalTurn {
         drop(self.guard.take());
         drop(self.entry.take());
         self.turns.forget_if_unused(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn turns_come_in_arrival_order_and_a_try_never_waits() {
+        let turns = Arc::new(Turns::default());
+        let soon = || Instant::now() + Duration::from_secs(5);
+        let first = turns.take_turn("k", soon()).await.expect("a free key");
+        // A try (deadline passed) does not wait for a held turn.
+        assert!(turns.take_turn("k", Instant::now()).await.is_none());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for n in 0..3 {
+            let (turns, order) = (turns.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let turn = turns.take_turn("k", soon()).await.expect("its turn");
+                order.lock().unwrap().push(n);
+                drop(turn);
+            }));
+            // Let each line up before the next arrives.
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
+        // Every turn given back: the key is forgotten.
+        assert_eq!(turns.len(), 0);
     }
 }

@@ -847,7 +847,7 @@ async fn setting_at_an_edge(
     );
 
     // Waiting behind a default client's lock. On one server a second default client
-    // queues first, so the release is reserved for it and this client hears "reserved
+    // joins the waitlist first, so the release is reserved for it and this client hears "reserved
     // for another" and waits out its own reservation_grace.
     let contended = format!("{key}/contended");
     let holder = plain().await?;
@@ -1034,7 +1034,7 @@ fn every_builder_setting_at_its_edges_errs_or_works() {
 #[tokio::test]
 async fn keys_in_the_reserved_namespace_are_refused() {
     // The library keeps its own keys under `redlock:` (the fencing counter, waiter
-    // queues, restart markers; releases are published on `redlock:released:<key>`). A
+    // waitlists, restart markers; releases are published on `redlock:released:<key>`). A
     // lock named into that namespace could overwrite or expire them, so it is refused
     // before anything is sent, on one server and on RedLock masters alike.
     let reserved = [

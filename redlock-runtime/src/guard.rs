@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::cleanup::SpawnOnDrop;
 use crate::core::Core;
 use crate::error::LockError;
+use crate::masters::QuorumError;
 use crate::state::LockState;
 use crate::turn::{HandOffOutcome, LocalTurn};
 
@@ -162,62 +163,30 @@ impl LockGuard {
 }
 
 impl Holding {
+    /// Stop renewing → hand the lock off to the next task of this client, or free it in
+    /// Redis → then (only then) pass the turn and report.
     async fn release(self, key: &str) -> Result<(), LockError> {
-        let Holding {
-            client,
-            owner,
-            acquired_at,
-            hold_at_least,
-            state,
-            watchdog_id,
-        } = self;
-        if let Some(id) = watchdog_id {
-            client.watchdog().forget(id);
+        if let Some(id) = self.watchdog_id {
+            self.client.watchdog().forget(id);
         }
-        let keep = hold_at_least
-            .and_then(|least| least.checked_sub(acquired_at.elapsed()))
-            .map(|rest| rest.as_millis().max(1) as u64)
-            .unwrap_or(0);
+        let keep = keep_ms(self.hold_at_least, self.acquired_at.elapsed());
         // If this future is dropped before Redis has answered, release in the background
         // (compare-and-delete: harmless if it was done).
         let unfinished = SpawnOnDrop::new(|| {
-            let (client, key, owner) = (client.clone(), key.to_owned(), owner.clone());
+            let (client, key, owner) = (self.client.clone(), key.to_owned(), self.owner.clone());
             async move {
                 let outcome = client.masters().release(&key, &owner, keep).await;
                 tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
             }
         });
-        let masters = &client.masters();
-        // With a waiter of this client in line, pass the lock on in its acquire script
-        // (see `turn`); otherwise, or if it does not pick it up, release in Redis.
-        // A lock whose lease may have run out is released in Redis, whose answer then
-        // says truthfully whether it was still ours.
-        let mut turn = None;
-        let mut handed_off = None;
-        if keep == 0 && masters.can_hand_off() && !state.is_lost() {
-            match state.take_turn().map(|turn| turn.hand_off(&owner)) {
-                Some(Ok(hand_off)) => handed_off = Some(hand_off.outcome().await),
-                Some(Err(kept)) => turn = Some(kept),
-                None => {}
-            }
-        }
-        let outcome = match handed_off {
-            Some(HandOffOutcome::Done { released }) => Ok(released),
-            // Not ours any more: the taker's script deleted it, unless the lease had
-            // run out (then it may have expired, or been taken by another client).
-            Some(HandOffOutcome::Vanished) => masters
-                .release(key, &owner, keep)
-                .await
-                .map(|ours| ours || !state.lease_ran_out()),
-            Some(HandOffOutcome::NotTaken) | None => masters.release(key, &owner, keep).await,
-        };
+        let (outcome, turn) = self.hand_off_or_free(key, keep).await;
         unfinished.disarm();
         // Only now may this client's next waiter try: Redis has processed the release.
         drop(turn);
-        state.mark_lost();
+        self.state.mark_lost();
         match outcome {
             Ok(true) => {
-                tracing::debug!(key, held_for = ?acquired_at.elapsed(), keep_ms = keep, "redlock.release");
+                tracing::debug!(key, held_for = ?self.acquired_at.elapsed(), keep_ms = keep, "redlock.release");
                 Ok(())
             }
             Ok(false) => {
@@ -229,9 +198,54 @@ impl Holding {
                     key: key.to_owned(),
                 })
             }
-            Err(error) => Err(error.into_lock_error(key, masters)),
+            Err(error) => Err(error.into_lock_error(key, self.client.masters())),
         }
     }
+
+    /// With a waiter of this client in line, passes the lock on in its acquire script
+    /// (see `turn`); otherwise, or if it does not pick it up, releases in Redis (a lock
+    /// kept for `hold_at_least`, or whose lease may have run out, always goes through
+    /// Redis, whose answer says truthfully whether it was still ours). Whether it was
+    /// still ours, and the turn if it was not handed off with the lock.
+    async fn hand_off_or_free(
+        &self,
+        key: &str,
+        keep: u64,
+    ) -> (Result<bool, QuorumError>, Option<LocalTurn>) {
+        let masters = self.client.masters();
+        let free = || masters.release(key, &self.owner, keep);
+        if keep > 0 || !masters.can_hand_off() || self.state.is_lost() {
+            return (free().await, self.state.take_turn());
+        }
+        let hand_off = match self
+            .state
+            .take_turn()
+            .map(|turn| turn.hand_off(&self.owner))
+        {
+            Some(Ok(hand_off)) => hand_off,
+            Some(Err(kept)) => return (free().await, Some(kept)),
+            None => return (free().await, None),
+        };
+        let outcome = match hand_off.outcome().await {
+            HandOffOutcome::Done { released } => Ok(released),
+            // Not ours any more: the taker's script deleted it, unless the lease had run
+            // out (then it may have expired, or been taken by another client).
+            HandOffOutcome::Vanished => {
+                free().await.map(|ours| ours || !self.state.lease_ran_out())
+            }
+            HandOffOutcome::NotTaken => free().await,
+        };
+        (outcome, None)
+    }
+}
+
+/// How long a release must keep the key for `hold_at_least` after `held` (ms; 0: free it).
+fn keep_ms(hold_at_least: Option<Duration>, held: Duration) -> u64 {
+    hold_at_least
+        .and_then(|least| least.checked_sub(held))
+        .filter(|rest| !rest.is_zero())
+        .map(|rest| rest.as_millis().max(1) as u64)
+        .unwrap_or(0)
 }
 
 impl Drop for LockGuard {
@@ -252,5 +266,22 @@ impl Drop for LockGuard {
                 }
             }
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_ms;
+    use std::time::Duration;
+
+    #[test]
+    fn an_early_release_keeps_the_key_for_the_rest_of_the_minimum_hold() {
+        let ms = Duration::from_millis;
+        assert_eq!(keep_ms(None, ms(10)), 0);
+        assert_eq!(keep_ms(Some(ms(1000)), ms(150)), 850);
+        assert_eq!(keep_ms(Some(ms(1000)), ms(1000)), 0);
+        assert_eq!(keep_ms(Some(ms(1000)), ms(2000)), 0);
+        // Less than a millisecond left still keeps it (Redis counts in ms).
+        assert_eq!(keep_ms(Some(ms(1000)), Duration::from_micros(999_700)), 1);
     }
 }

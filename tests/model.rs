@@ -22,11 +22,11 @@
 //!   waiter's timer: the lease end it was told, or the fallback a grace after a
 //!   message reserving the key for another client;
 //! - **release**: RELEASE (owner check, then FREE_FOR_NEXT: drop expired registrations,
-//!   reserve the key for the queue's head for the grace and publish `R:<head>`, or
+//!   reserve the key for the waitlist's head for the grace and publish `R:<head>`, or
 //!   delete it and publish the empty message); **hand-off** inside a client (the
 //!   releasing holder passes its owner to the next task in line, whose ACQUIRE deletes
 //!   that owner's key and takes it; at most `max_handoffs` in a row, then a release
-//!   through Redis); **leave queue** (a waiter gives up; LEAVE_WAITLIST runs in the
+//!   through Redis); **leave waitlist** (a waiter gives up; LEAVE_WAITLIST runs in the
 //!   background and passes a reservation made for it meanwhile on);
 //! - **watchdog renewal**: EXTEND with the owner check (a failed one marks the lock
 //!   lost); a holder whose local lease estimate ran out **notices** (the client's turn
@@ -37,7 +37,7 @@
 //!   it holds, whatever the clock says, until it resumes: the moment between checking
 //!   `is_lost()` and writing), a process **crashes** (its tasks and its background
 //!   LEAVE_WAITLIST stop; what it left in Redis stays until it expires), and Redis
-//!   **restarts** without persistence (key, queue and fencing counter lost; the
+//!   **restarts** without persistence (key, waitlist and fencing counter lost; the
 //!   restart takes a tick; listeners are woken by the disconnection).
 //!
 //! # What is abstracted away
@@ -58,7 +58,7 @@
 //!   finer than a script's duration; a restart takes a tick, as one takes far longer
 //!   than a µs.
 //! - Registrations are dropped at the tick they expire (Redis drops them at the next
-//!   FREE_FOR_NEXT, or when the whole queue key expires: only where a registration revived
+//!   FREE_FOR_NEXT, or when the whole waitlist key expires: only where a registration revived
 //!   by `ZADD NX` comes back in line differs, which no property depends on).
 //! - One acquisition per task, one owner value per acquisition (the client's fresh
 //!   token per attempt only matters for replies lost mid-way, not modelled).
@@ -75,7 +75,7 @@
 //!    estimate.
 //! 2. **reservation within grace** (always; the fairness assumption's "a named client
 //!    that does not answer within the grace loses its turn", and guarantee 7's "no
-//!    place in a waiter queue" left behind for long): a key reserved for a waiter is
+//!    place in a waiter waitlist" left behind for long): a key reserved for a waiter is
 //!    never still reserved `grace` ticks later.
 //! 3. **no forgotten waiter** (always; guarantee 3, "waiters acquire the key when the
 //!    lease ends, not later: they sleep until the remaining time to live Redis
@@ -170,7 +170,7 @@ struct Protocol {
     broken: Broken,
 }
 
-/// One acquisition: its owner value in the key, and its waiter id in the queue.
+/// One acquisition: its owner value in the key, and its waiter id in the waitlist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Id {
     proc: u8,
@@ -193,7 +193,7 @@ enum Key {
     },
 }
 
-/// A registration in the queue of waiting clients (kept in arrival order).
+/// A registration in the waitlist of waiting clients (kept in arrival order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Registration {
     id: Id,
@@ -257,7 +257,7 @@ enum Phase {
     /// Waiting for this client's turn at the key.
     InLine,
     /// Has the turn; its ACQUIRE script is due. `baton`: the owner handing the lock on.
-    /// `registered`: an earlier attempt may have put it in the queue (it listens then).
+    /// `registered`: an earlier attempt may have put it in the waitlist (it listens then).
     Attempt {
         baton: Option<Id>,
         registered: bool,
@@ -320,7 +320,7 @@ struct Proc {
 struct State {
     clock: Tick,
     key: Key,
-    queue: Vec<Registration>,
+    waitlist: Vec<Registration>,
     /// The fencing counter.
     fence: u32,
     /// Redis restarts so far.
@@ -348,7 +348,7 @@ enum Action {
     Release(u8, u8),
     /// A guard that knows its lock is lost is released (or dropped).
     ReleaseStale(u8, u8),
-    LeaveQueue(u8),
+    LeaveWaitlist(u8),
     Pause(u8),
     Resume(u8),
     Crash(u8),
@@ -466,7 +466,7 @@ impl Protocol {
         }
     }
 
-    /// Three clients of one task each (the queue across clients), one pause and one
+    /// Three clients of one task each (the waitlist across clients), one pause and one
     /// crash.
     fn three_clients(broken: Broken) -> Self {
         Protocol {
@@ -488,16 +488,16 @@ impl Protocol {
         }
     }
 
-    /// FREE_FOR_NEXT: reserve the key for the queue's head (dropping registrations that
+    /// FREE_FOR_NEXT: reserve the key for the waitlist's head (dropping registrations that
     /// expired), or delete it; publish which.
-    fn hand_on(&self, s: &mut State) {
+    fn free_for_next(&self, s: &mut State) {
         let clock = s.clock;
-        s.queue.retain(|registration| registration.exp > clock);
-        if s.queue.is_empty() {
+        s.waitlist.retain(|registration| registration.exp > clock);
+        if s.waitlist.is_empty() {
             s.key = Key::Absent;
             s.publish(Message::Free);
         } else {
-            let head = s.queue.remove(0).id;
+            let head = s.waitlist.remove(0).id;
             let exp =
                 (self.broken != Broken::ReservationWithoutExpiry).then_some(clock + self.grace);
             s.key = Key::Reserved {
@@ -513,7 +513,7 @@ impl Protocol {
     fn release(&self, s: &mut State, id: Id) {
         let ours = matches!(s.key, Key::Owned { by, .. } if by == id);
         if ours || self.broken == Broken::ReleaseWithoutOwnerCheck {
-            self.hand_on(s);
+            self.free_for_next(s);
         }
     }
 
@@ -535,7 +535,7 @@ impl Protocol {
         }
         if let Some(how) = how {
             if registered || how == How::Reservation {
-                s.queue.retain(|registration| registration.id != id);
+                s.waitlist.retain(|registration| registration.id != id);
             }
             if how == How::Reservation || (how == How::HandOff && self.announce_lease) {
                 s.publish(Message::Taken(self.clients[p as usize][t as usize]));
@@ -580,12 +580,12 @@ impl Protocol {
         };
         let exp = s.clock + ttl + self.slack;
         match s
-            .queue
+            .waitlist
             .iter_mut()
             .find(|registration| registration.id == id)
         {
             Some(registration) => registration.exp = exp,
-            None => s.queue.push(Registration { id, exp }),
+            None => s.waitlist.push(Registration { id, exp }),
         }
         let wake = s.clock + ttl;
         let subscribed = s.procs[p as usize].subscribed;
@@ -628,7 +628,7 @@ impl Protocol {
             }
             _ => {}
         }
-        s.queue.retain(|registration| registration.exp > clock);
+        s.waitlist.retain(|registration| registration.exp > clock);
         // A subscription nobody listens to lingers until the next tick.
         for proc in &mut s.procs {
             if !proc
@@ -732,7 +732,7 @@ impl Model for Protocol {
         vec![State {
             clock: 0,
             key: Key::Absent,
-            queue: Vec::new(),
+            waitlist: Vec::new(),
             fence: 0,
             epoch: 0,
             skew: 0,
@@ -778,7 +778,7 @@ impl Model for Protocol {
                 }
             }
             if !proc.leaving.is_empty() {
-                actions.push(Action::LeaveQueue(p));
+                actions.push(Action::LeaveWaitlist(p));
                 due = true;
             }
             if s.pauses < self.max_pauses {
@@ -879,11 +879,11 @@ impl Model for Protocol {
                 s.task(p, t).finish();
                 self.release(&mut s, id);
             }
-            Action::LeaveQueue(p) => {
+            Action::LeaveWaitlist(p) => {
                 let id = s.procs[p as usize].leaving.remove(0);
-                s.queue.retain(|registration| registration.id != id);
+                s.waitlist.retain(|registration| registration.id != id);
                 if matches!(s.key, Key::Reserved { by, .. } if by == id) {
-                    self.hand_on(&mut s);
+                    self.free_for_next(&mut s);
                 }
             }
             Action::Pause(p) => {
@@ -914,7 +914,7 @@ impl Model for Protocol {
             Action::RestartRedis => {
                 self.tick(&mut s);
                 s.key = Key::Absent;
-                s.queue.clear();
+                s.waitlist.clear();
                 s.fence = 0;
                 s.epoch += 1;
                 if self.broken == Broken::ClockBehindAfterRestart {

@@ -9,12 +9,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::cleanup::SpawnOnDrop;
+use crate::connection::slot_is_moving;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
 use crate::limits::{check_max_lease, lease_millis, validate};
 use crate::masters::Outcome;
-use crate::node::{Waiter, slot_is_moving};
+use crate::node::Waiter;
 use crate::notify::{Listener, Release};
 use crate::turn::Baton;
 

@@ -8,6 +8,7 @@ use redis::IntoConnectionInfo;
 
 use crate::acquire::LockRequest;
 use crate::config::{ClientConfig, DEFAULT_URL, redact};
+use crate::connect;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::masters::Masters;
@@ -321,12 +322,12 @@ impl LockClientBuilder {
             Topology::Masters => Self::connect_masters(targets, &config).await?,
             Topology::Cluster => {
                 let seeds = targets.into_iter().map(|(info, _)| info).collect();
-                vec![Node::connect_cluster(seeds, url.clone(), &config).await?]
+                vec![connect::cluster(seeds, url.clone(), &config).await?]
             }
             Topology::Sentinel(service) => {
                 let sentinels = targets.into_iter().map(|(info, _)| info).collect();
                 vec![
-                    Node::connect_sentinel(sentinels, service, format!("{service}@{url}"), &config)
+                    connect::sentinel(sentinels, service, format!("{service}@{url}"), &config)
                         .await?,
                 ]
             }
@@ -345,7 +346,7 @@ impl LockClientBuilder {
         let connected = futures_util::future::join_all(
             targets
                 .into_iter()
-                .map(|(info, shown)| Node::connect(info, shown, config, redlock)),
+                .map(|(info, shown)| connect::server(info, shown, config, redlock)),
         )
         .await;
         connected.into_iter().collect()

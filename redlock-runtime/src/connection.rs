@@ -6,7 +6,10 @@ use std::sync::LazyLock;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
+use std::time::Duration;
+
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ToRedisArgs, Value};
+use tokio::time::Instant;
 
 use crate::scripts;
 use crate::sentinel::SentinelConnection;
@@ -125,6 +128,32 @@ impl Connection {
         match self {
             Connection::Server(_) | Connection::Sentinel(_) => "PUBLISH",
             Connection::Cluster(_) => "SPUBLISH",
+        }
+    }
+}
+
+/// Whether an error means the key's slot is moving between shards (resharding) or
+/// the cluster is re-electing: the same command succeeds a little later.
+pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
+    error.is_cluster_error()
+}
+
+/// Runs `operation` again while the key's slot moves, for at most `limit`.
+pub(crate) async fn while_slot_moves<T, F, Fut>(limit: Duration, mut operation: F) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match operation().await {
+            Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
+                tracing::debug!(%error, "redlock: the key's slot is moving; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
         }
     }
 }

@@ -75,15 +75,16 @@
 //!
 //! **Wire** — `scripts` holds every Lua script, the names of the keys the library keeps
 //! and the fencing scheme; `sentinel` follows the primary Sentinel names;
-//! `connection` is one connection to a server, a Cluster or that primary, and knows
-//! where a key's companion keys and channel live (slots, hash tags).
+//! `connection` is one connection to a server, a Cluster or that primary, knows where a
+//! key's companion keys and channel live (slots, hash tags) and retries while a slot
+//! moves; `confirm` keeps connections of their own for `WAIT`-confirmed acquisitions.
 //!
 //! **News** — `notify` subscribes to release channels over the client's one RESP3
 //! connection and tells each waiter what a message means for it (`Release::parse`).
 //!
 //! **Servers** — `node` is one server: each lock operation as one script call, its reply
-//! parsed into a type (`parse_attempt`), retries while a Cluster slot moves, confirmed
-//! acquisitions on connections of their own. `masters` is the majority over servers
+//! parsed into a type (`parse_attempt`); `connect` builds a node in each mode (server,
+//! Cluster, Sentinel). `masters` is the majority over servers
 //! (RedLock): `Tally` and `MajorityCount` decide from the answers so far, pure, and the
 //! I/O around them lets slow masters finish in the background.
 //!
@@ -133,6 +134,8 @@ mod acquire;
 mod cleanup;
 mod client;
 mod config;
+mod confirm;
+mod connect;
 mod connection;
 mod core;
 mod error;

@@ -1,21 +1,18 @@
 //! One Redis server: its connection, its release notifications, and each lock
 //! operation as one script call on it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{
-    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
-};
-use redis::{AsyncConnectionConfig, ProtocolVersion, RedisResult, Value};
-use tokio::time::Instant;
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
 
 use crate::config::ClientConfig;
+use crate::confirm::Confirming;
+use crate::connection::while_slot_moves;
 use crate::connection::{Connection, slot_of};
-use crate::error::LockError;
-use crate::notify::{self, Listener, ReleaseNotifications};
+use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
-use crate::sentinel::SentinelConnection;
 
 /// What one acquire script run found.
 pub(crate) enum Attempt {
@@ -90,141 +87,23 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl Node {
-    /// Connects in RESP3, so that release notifications arrive on the same connection.
-    pub(crate) async fn connect(
-        info: redis::ConnectionInfo,
+    /// A node around a connection that is up (or retrying: a RedLock master down at
+    /// connect), its release notifications and its settings.
+    pub(crate) fn new(
         url: String,
+        connection: Connection,
+        notifications: Arc<ReleaseNotifications>,
         config: &ClientConfig,
-        lazy_on_failure: bool,
-    ) -> Result<Node, LockError> {
-        let connect_error = |source| LockError::Connect {
-            url: url.clone(),
-            source,
-        };
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
-        let redis_client = redis::Client::open(info).map_err(connect_error)?;
-        let handler = notify::push_handler();
-        let manager_config = manager_config(config, &handler);
-        let mut reachable = true;
-        let connection =
-            match ConnectionManager::new_with_config(redis_client.clone(), manager_config.clone())
-                .await
-            {
-                Ok(connection) => connection,
-                // A RedLock master that is down now: keep trying it on every use.
-                Err(error) if lazy_on_failure => {
-                    reachable = false;
-                    tracing::warn!(%url, %error, "redlock: a master is unreachable; will retry it");
-                    ConnectionManager::new_lazy_with_config(redis_client.clone(), manager_config)
-                        .map_err(connect_error)?
-                }
-                Err(error) => return Err(connect_error(error)),
-            };
-        let connection = Connection::Server(connection);
-        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
-        let node = Node {
-            url,
-            connection,
-            notifications,
-            waitlist: WaitlistTimings::from_config(config),
-            response_timeout: config.response_timeout,
-            confirming: Confirming::new(config, Primary::Server(Box::new(redis_client))),
-        };
-        if reachable {
-            node.check_eviction_policy().await;
-        }
-        Ok(node)
-    }
-
-    /// Connects to a Redis Cluster through its seed nodes (RESP3, sharded pub/sub);
-    /// the cluster client follows MOVED/ASK redirections and failovers.
-    pub(crate) async fn connect_cluster(
-        seeds: Vec<redis::ConnectionInfo>,
-        url: String,
-        config: &ClientConfig,
-    ) -> Result<Node, LockError> {
-        let connect_error = |source| LockError::Connect {
-            url: url.clone(),
-            source,
-        };
-        let handler = notify::push_handler();
-        let push_target = handler.clone();
-        let cluster = redis::cluster::ClusterClientBuilder::new(seeds)
-            .use_protocol(ProtocolVersion::RESP3)
-            .connection_timeout(config.connect_timeout)
-            .response_timeout(config.response_timeout)
-            .retries(2)
-            .push_sender(move |push| {
-                notify::on_push(&push_target, push);
-                Ok::<(), ()>(())
-            })
-            .build()
-            .map_err(connect_error)?;
-        let connection = cluster
-            .get_async_connection()
-            .await
-            .map_err(connect_error)?;
-        let connection = Connection::Cluster(connection);
-        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
-        let node = Node {
-            url,
-            connection,
-            notifications,
-            waitlist: WaitlistTimings::from_config(config),
-            response_timeout: config.response_timeout,
-            confirming: None,
-        };
-        node.check_eviction_policy().await;
-        Ok(node)
-    }
-
-    /// Connects to the primary the sentinels name for `service`, following failovers.
-    pub(crate) async fn connect_sentinel(
-        sentinels: Vec<redis::ConnectionInfo>,
-        service: &str,
-        url: String,
-        config: &ClientConfig,
-    ) -> Result<Node, LockError> {
-        let handler = notify::push_handler();
-        let redis_settings = sentinels
-            .first()
-            .map(|info| info.redis_settings().clone())
-            .unwrap_or_default();
-        // The credentials and database of the sentinel URLs are used for the primary too.
-        let sentinel = SentinelConnection::connect(
-            sentinels,
-            service,
-            redis_settings,
-            manager_config(config, &handler),
-        )
-        .await
-        .map_err(|source| LockError::Connect {
-            url: url.clone(),
-            source,
-        })?;
-        let connection = Connection::Sentinel(sentinel.clone());
-        let notifications = ReleaseNotifications::start(connection.clone(), &handler);
-        let confirming = Confirming::new(config, Primary::Sentinel(sentinel.clone()));
-        let moved = Arc::downgrade(&notifications);
-        sentinel.on_switch(Box::new(move || {
-            if let Some(notifications) = moved.upgrade() {
-                notifications.connection_moved();
-            }
-        }));
-        let node = Node {
+        confirming: Option<Confirming>,
+    ) -> Self {
+        Node {
             url,
             connection,
             notifications,
             waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
             confirming,
-        };
-        node.check_eviction_policy().await;
-        Ok(node)
+        }
     }
 
     /// Warns when the server may evict keys under memory pressure: a held lock would
@@ -455,24 +334,6 @@ impl Node {
     }
 }
 
-/// One server's connection settings: the client's timeouts, RESP3 pushes routed to
-/// the release notifications, subscriptions renewed after a reconnect.
-fn manager_config(config: &ClientConfig, handler: &notify::PushHandler) -> ConnectionManagerConfig {
-    let push_target = handler.clone();
-    ConnectionManagerConfig::new()
-        .set_response_timeout(Some(config.response_timeout))
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(500))
-        .set_automatic_resubscription()
-        .set_pipeline_buffer_size(1024)
-        .set_push_sender(move |push| {
-            notify::on_push(&push_target, push);
-            Ok::<(), ()>(())
-        })
-}
-
 async fn renew_pipeline(
     mut connection: Connection,
     locks: &[(&str, &str)],
@@ -593,32 +454,6 @@ pub(crate) struct AttemptRequest<'a> {
     pub(crate) quarantine_ms: Option<u64>,
 }
 
-/// Whether an error means the key's slot is moving between shards (resharding) or
-/// the cluster is re-electing: the same command succeeds a little later.
-pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
-    error.is_cluster_error()
-}
-
-/// Runs `operation` again while the key's slot moves, for at most `limit`.
-async fn while_slot_moves<T, F, Fut>(limit: Duration, mut operation: F) -> RedisResult<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = RedisResult<T>>,
-{
-    let deadline = Instant::now() + limit;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        match operation().await {
-            Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
-                tracing::debug!(%error, "redlock: the key's slot is moving; trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(200));
-            }
-            other => return other,
-        }
-    }
-}
-
 /// The policy in a `CONFIG GET maxmemory-policy` reply (a map in RESP3, a flat array in RESP2).
 fn eviction_policy(reply: &Value) -> Option<String> {
     let text = |value: &Value| match value {
@@ -630,61 +465,6 @@ fn eviction_policy(reply: &Value) -> Option<String> {
         Value::Map(pairs) => pairs.first().and_then(|(_, value)| text(value)),
         Value::Array(items) => items.get(1).and_then(text),
         _ => None,
-    }
-}
-
-/// Where the connections for confirmed acquisitions go.
-enum Primary {
-    Server(Box<redis::Client>),
-    Sentinel(SentinelConnection),
-}
-
-/// Idle connections for confirmed acquisitions, each tagged with the primary's
-/// generation (a Sentinel failover makes older ones useless).
-struct Confirming {
-    primary: Primary,
-    config: AsyncConnectionConfig,
-    idle: Mutex<Vec<(u64, MultiplexedConnection)>>,
-}
-
-impl Confirming {
-    fn new(config: &ClientConfig, primary: Primary) -> Option<Self> {
-        let (_, wait) = config.confirm_replicas?;
-        Some(Confirming {
-            primary,
-            // The WAIT may block for its whole timeout, on top of the script.
-            config: AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(config.connect_timeout))
-                .set_response_timeout(Some(config.response_timeout + wait)),
-            idle: Mutex::new(Vec::new()),
-        })
-    }
-
-    async fn checkout(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        let (generation, client) = match &self.primary {
-            Primary::Server(client) => (0, (**client).clone()),
-            Primary::Sentinel(sentinel) => sentinel.current_client(),
-        };
-        let reused = {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            idle.retain(|(tagged, _)| *tagged == generation);
-            idle.pop()
-        };
-        if let Some(found) = reused {
-            return Ok(found);
-        }
-        let connection = client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
-        Ok((generation, connection))
-    }
-
-    /// Keeps a connection that answered for the next confirmed acquisition.
-    fn checkin(&self, generation: u64, connection: MultiplexedConnection) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < 16 {
-            idle.push((generation, connection));
-        }
     }
 }
 

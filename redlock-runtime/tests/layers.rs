@@ -13,9 +13,11 @@ const LAYERS: &[&str] = &[
     "config",        // client settings, limits, URL redaction
     "scripts",       // the Lua scripts, key and channel names
     "sentinel",      // following the primary Sentinel names
-    "connection",    // one server / cluster / sentinel connection; slots
+    "connection",    // one server / cluster / sentinel connection; slots; slot-moving retries
+    "confirm",       // connections of their own for WAIT-confirmed acquisitions
     "notify",        // release messages, demultiplexed to waiters
     "node",          // one server's operations
+    "connect",       // connecting in each mode, giving a node
     "masters",       // the majority over servers (pure tallies + I/O)
     "limits",        // what a request may ask for
     "turn",          // the in-process turn of a client's tasks, and the hand-off

@@ -1,0 +1,154 @@
+//! Connecting to a lock service — one server (or a RedLock master), a Redis Cluster, or
+//! the primary Sentinel names — in RESP3, with release notifications on the same
+//! connection; each gives a [`Node`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::ProtocolVersion;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::config::ClientConfig;
+use crate::confirm::{Confirming, Primary};
+use crate::connection::Connection;
+use crate::error::LockError;
+use crate::node::Node;
+use crate::notify::{self, ReleaseNotifications};
+use crate::sentinel::SentinelConnection;
+
+/// Connects in RESP3, so that release notifications arrive on the same connection.
+pub(crate) async fn server(
+    info: redis::ConnectionInfo,
+    url: String,
+    config: &ClientConfig,
+    lazy_on_failure: bool,
+) -> Result<Node, LockError> {
+    let connect_error = |source| LockError::Connect {
+        url: url.clone(),
+        source,
+    };
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(settings);
+    let redis_client = redis::Client::open(info).map_err(connect_error)?;
+    let handler = notify::push_handler();
+    let manager_config = manager_config(config, &handler);
+    let mut reachable = true;
+    let connection = match ConnectionManager::new_with_config(
+        redis_client.clone(),
+        manager_config.clone(),
+    )
+    .await
+    {
+        Ok(connection) => connection,
+        // A RedLock master that is down now: keep trying it on every use.
+        Err(error) if lazy_on_failure => {
+            reachable = false;
+            tracing::warn!(%url, %error, "redlock: a master is unreachable; will retry it");
+            ConnectionManager::new_lazy_with_config(redis_client.clone(), manager_config)
+                .map_err(connect_error)?
+        }
+        Err(error) => return Err(connect_error(error)),
+    };
+    let connection = Connection::Server(connection);
+    let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+    let confirming = Confirming::new(config, Primary::Server(Box::new(redis_client)));
+    let node = Node::new(url, connection, notifications, config, confirming);
+    if reachable {
+        node.check_eviction_policy().await;
+    }
+    Ok(node)
+}
+
+/// Connects to a Redis Cluster through its seed nodes (RESP3, sharded pub/sub);
+/// the cluster client follows MOVED/ASK redirections and failovers.
+pub(crate) async fn cluster(
+    seeds: Vec<redis::ConnectionInfo>,
+    url: String,
+    config: &ClientConfig,
+) -> Result<Node, LockError> {
+    let connect_error = |source| LockError::Connect {
+        url: url.clone(),
+        source,
+    };
+    let handler = notify::push_handler();
+    let push_target = handler.clone();
+    let cluster = redis::cluster::ClusterClientBuilder::new(seeds)
+        .use_protocol(ProtocolVersion::RESP3)
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        .retries(2)
+        .push_sender(move |push| {
+            notify::on_push(&push_target, push);
+            Ok::<(), ()>(())
+        })
+        .build()
+        .map_err(connect_error)?;
+    let connection = cluster
+        .get_async_connection()
+        .await
+        .map_err(connect_error)?;
+    let connection = Connection::Cluster(connection);
+    let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+    let node = Node::new(url, connection, notifications, config, None);
+    node.check_eviction_policy().await;
+    Ok(node)
+}
+
+/// Connects to the primary the sentinels name for `service`, following failovers.
+pub(crate) async fn sentinel(
+    sentinels: Vec<redis::ConnectionInfo>,
+    service: &str,
+    url: String,
+    config: &ClientConfig,
+) -> Result<Node, LockError> {
+    let handler = notify::push_handler();
+    let redis_settings = sentinels
+        .first()
+        .map(|info| info.redis_settings().clone())
+        .unwrap_or_default();
+    // The credentials and database of the sentinel URLs are used for the primary too.
+    let sentinel = SentinelConnection::connect(
+        sentinels,
+        service,
+        redis_settings,
+        manager_config(config, &handler),
+    )
+    .await
+    .map_err(|source| LockError::Connect {
+        url: url.clone(),
+        source,
+    })?;
+    let connection = Connection::Sentinel(sentinel.clone());
+    let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+    let confirming = Confirming::new(config, Primary::Sentinel(sentinel.clone()));
+    let moved = Arc::downgrade(&notifications);
+    sentinel.on_switch(Box::new(move || {
+        if let Some(notifications) = moved.upgrade() {
+            notifications.connection_moved();
+        }
+    }));
+    let node = Node::new(url, connection, notifications, config, confirming);
+    node.check_eviction_policy().await;
+    Ok(node)
+}
+
+/// One server's connection settings: the client's timeouts, RESP3 pushes routed to
+/// the release notifications, subscriptions renewed after a reconnect.
+fn manager_config(config: &ClientConfig, handler: &notify::PushHandler) -> ConnectionManagerConfig {
+    let push_target = handler.clone();
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(500))
+        .set_automatic_resubscription()
+        .set_pipeline_buffer_size(1024)
+        .set_push_sender(move |push| {
+            notify::on_push(&push_target, push);
+            Ok::<(), ()>(())
+        })
+}

@@ -3,6 +3,7 @@
 //! the top-level commands per acquisition; with one shared client, then a client per
 //! task.
 
+use crate::contenders::Lock;
 use crate::context::{Bench, HOLD, WAITERS};
 use crate::handoff;
 use crate::monitor::{self, Monitor};
@@ -18,27 +19,12 @@ pub async fn run(bench: &mut Bench) {
         let total = handoff::acquisitions(waiters, scale);
         let mut per_acquisition = Vec::new();
         let mut details = Vec::new();
-        for lock in [&bench.redlock, &bench.rslock] {
+        for lock in [bench.redlock.clone(), bench.rslock.clone()] {
             let key = format!("bench:rtt:{}:{waiters}", lock.name());
-            let (run, commands) = monitor
-                .record(scenarios::contend(
-                    std::slice::from_ref(lock),
-                    &key,
-                    waiters + 1,
-                    Stop::Total(total),
-                    HOLD,
-                ))
-                .await;
-            let counts = monitor::top_level(&commands);
-            let top: usize = counts.values().sum();
-            per_acquisition.push(top as f64 / run.acquisitions as f64);
-            details.push(format!(
-                "{}: {} acquisitions, {}",
-                lock.name(),
-                run.acquisitions,
-                monitor::summary(&counts)
-            ));
-            bench.violations[usize::from(lock.name() == "rslock")] += run.violations;
+            let locks = std::slice::from_ref(&lock);
+            let (per, detail) = count(bench, &mut monitor, locks, &key, waiters, total).await;
+            per_acquisition.push(per);
+            details.push(detail);
         }
         bench.report.add(Figure {
             id: format!("round_trips_per_acquisition.waiters_{waiters}"),
@@ -63,26 +49,10 @@ pub async fn run(bench: &mut Bench) {
         let mut per_acquisition = Vec::new();
         let mut details = Vec::new();
         for locks in [&redlocks, &rslocks] {
-            let name = locks[0].name();
-            let key = format!("bench:rtt:{name}:{waiters}c");
-            let (run, commands) = monitor
-                .record(scenarios::contend(
-                    locks,
-                    &key,
-                    waiters + 1,
-                    Stop::Total(total),
-                    HOLD,
-                ))
-                .await;
-            let counts = monitor::top_level(&commands);
-            let top: usize = counts.values().sum();
-            per_acquisition.push(top as f64 / run.acquisitions as f64);
-            details.push(format!(
-                "{name}: {} acquisitions, {}",
-                run.acquisitions,
-                monitor::summary(&counts)
-            ));
-            bench.violations[usize::from(name == "rslock")] += run.violations;
+            let key = format!("bench:rtt:{}:{waiters}c", locks[0].name());
+            let (per, detail) = count(bench, &mut monitor, locks, &key, waiters, total).await;
+            per_acquisition.push(per);
+            details.push(detail);
         }
         bench.report.add(Figure {
             id: format!("round_trips_per_acquisition.waiters_{waiters}.client_per_task"),
@@ -103,4 +73,37 @@ pub async fn run(bench: &mut Bench) {
         ));
     }
     monitor.stop();
+}
+
+/// `waiters + 1` tasks of `locks` contend for `key` under MONITOR until `total`
+/// acquisitions: top-level commands per acquisition, and the note's detail.
+async fn count(
+    bench: &mut Bench,
+    monitor: &mut Monitor,
+    locks: &[Lock],
+    key: &str,
+    waiters: usize,
+    total: usize,
+) -> (f64, String) {
+    let name = locks[0].name();
+    let (run, commands) = monitor
+        .record(scenarios::contend(
+            locks,
+            key,
+            waiters + 1,
+            Stop::Total(total),
+            HOLD,
+        ))
+        .await;
+    let counts = monitor::top_level(&commands);
+    let top: usize = counts.values().sum();
+    bench.violations[usize::from(name == "rslock")] += run.violations;
+    (
+        top as f64 / run.acquisitions as f64,
+        format!(
+            "{name}: {} acquisitions, {}",
+            run.acquisitions,
+            monitor::summary(&counts)
+        ),
+    )
 }

@@ -1,4 +1,10 @@
 //! Acquisition: the builder, the attempt script, and the wait for a release.
+//!
+//! The loop (`take the turn → loop { attempt; wait for news | back off }`) is written
+//! once, over a [`Kind`] of lock: what one attempt sends and how an interrupted one is
+//! undone. The exclusive lock is the one kind today; a read share or a semaphore permit
+//! is another `Kind` with its own script, reusing the turn, the waitlist place, the
+//! waiting for release messages, the back-off and the overall bound.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -13,11 +19,65 @@ use crate::connection::slot_is_moving;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
+use crate::hand_off::Baton;
 use crate::limits::{check_max_lease, lease_millis, validate};
-use crate::masters::Outcome;
+use crate::masters::{Masters, Outcome};
 use crate::node::Waiter;
 use crate::notify::{Listener, Release};
-use crate::turn::Baton;
+
+/// What one attempt asks of the masters.
+pub(crate) struct Try<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) lease_ms: u64,
+    /// A releasing holder of this client handed its lock to this attempt.
+    pub(crate) previous_owner: Option<&'a str>,
+    pub(crate) waiter: Option<Waiter<'a>>,
+}
+
+/// A kind of lock: its attempt, and the undoing of an attempt whose outcome is unknown.
+pub(crate) trait Kind: Send + Sync + 'static {
+    /// One run of this kind's acquire script (on every master with RedLock).
+    fn attempt<'a>(
+        &'a self,
+        masters: &'a Masters,
+        request: Try<'a>,
+    ) -> impl Future<Output = redis::RedisResult<Outcome>> + Send + 'a;
+
+    /// Releases whatever an interrupted attempt of `owner` may have taken.
+    fn undo(
+        core: Arc<Core>,
+        key: String,
+        owner: String,
+    ) -> impl Future<Output = ()> + Send + 'static;
+}
+
+/// The exclusive lock: one owner at a time.
+pub(crate) struct Exclusive;
+
+impl Kind for Exclusive {
+    fn attempt<'a>(
+        &'a self,
+        masters: &'a Masters,
+        request: Try<'a>,
+    ) -> impl Future<Output = redis::RedisResult<Outcome>> + Send + 'a {
+        let Try {
+            key,
+            owner,
+            lease,
+            lease_ms,
+            previous_owner,
+            waiter,
+        } = request;
+        masters.acquire(key, owner, lease, lease_ms, previous_owner, waiter)
+    }
+
+    async fn undo(core: Arc<Core>, key: String, owner: String) {
+        let outcome = core.masters().release(&key, &owner, 0).await;
+        tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+    }
+}
 
 /// First and longest pause before retrying after Redis failed to answer.
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
@@ -113,64 +173,67 @@ impl LockRequest {
 
     /// Check → take the turn → attempt until acquired, waiting for news in between.
     async fn acquire_inner(self, started: Instant) -> Result<LockGuard, LockError> {
-        let plan = Plan::check(self, started)?;
-        let turn = plan
-            .core
-            .turns()
-            .take_turn(&plan.key, plan.deadline)
-            .await
-            .ok_or_else(|| plan.timeout())?;
-        let mut attempts = Attempts::new(&plan, turn.take_baton());
-        loop {
-            let Tried {
-                owner,
-                sent_at,
-                outcome,
-            } = attempts.attempt().await;
-            match outcome {
-                Ok(Outcome::Acquired { fencing_token, .. }) => {
-                    drop(attempts);
-                    return Ok(plan.into_guard(owner, fencing_token, sent_at, turn));
-                }
-                Ok(Outcome::Busy { ttl, split }) => {
-                    attempts.wait_for_news(sent_at, ttl, split).await?
-                }
-                Ok(Outcome::NoQuorum { reached }) => {
-                    let needed = plan.core.masters().quorum();
-                    let key = plan.key.clone();
-                    let error = LockError::NoQuorum {
-                        key,
-                        reached,
-                        needed,
-                    };
-                    attempts.back_off(error).await?
-                }
-                Err(error) if is_transient(&error) => {
-                    attempts
-                        .back_off(LockError::redis(&plan.key, error))
-                        .await?
-                }
-                Ok(Outcome::NotALock { found }) => {
-                    return Err(LockError::NotALock {
-                        key: plan.key.clone(),
-                        found,
-                    });
-                }
-                Ok(Outcome::NotReplicated { confirmed, needed }) => {
-                    return Err(LockError::NotReplicated {
-                        key: plan.key.clone(),
-                        confirmed,
-                        needed,
-                    });
-                }
-                Err(error) => return Err(LockError::redis(&plan.key, error)),
+        take(Plan::check(self, Exclusive, started)?).await
+    }
+}
+
+/// Takes the turn, then attempts until acquired, waiting for news in between.
+async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
+    let turn = plan
+        .core
+        .turns()
+        .take_turn(&plan.key, plan.deadline)
+        .await
+        .ok_or_else(|| plan.timeout())?;
+    let mut attempts = Attempts::new(&plan, turn.take_baton());
+    loop {
+        let Tried {
+            owner,
+            sent_at,
+            outcome,
+        } = attempts.attempt().await;
+        match outcome {
+            Ok(Outcome::Acquired { fencing_token, .. }) => {
+                drop(attempts);
+                return Ok(plan.into_guard(owner, fencing_token, sent_at, turn));
             }
+            Ok(Outcome::Busy { ttl, split }) => attempts.wait_for_news(sent_at, ttl, split).await?,
+            Ok(Outcome::NoQuorum { reached }) => {
+                let needed = plan.core.masters().quorum();
+                let key = plan.key.clone();
+                let error = LockError::NoQuorum {
+                    key,
+                    reached,
+                    needed,
+                };
+                attempts.back_off(error).await?
+            }
+            Err(error) if is_transient(&error) => {
+                attempts
+                    .back_off(LockError::redis(&plan.key, error))
+                    .await?
+            }
+            Ok(Outcome::NotALock { found }) => {
+                return Err(LockError::NotALock {
+                    key: plan.key.clone(),
+                    found,
+                });
+            }
+            Ok(Outcome::NotReplicated { confirmed, needed }) => {
+                return Err(LockError::NotReplicated {
+                    key: plan.key.clone(),
+                    confirmed,
+                    needed,
+                });
+            }
+            Err(error) => return Err(LockError::redis(&plan.key, error)),
         }
     }
 }
 
 /// A checked request: what every attempt of one acquisition needs.
-struct Plan {
+struct Plan<K> {
+    kind: K,
     core: Arc<Core>,
     key: String,
     lease: Duration,
@@ -181,9 +244,9 @@ struct Plan {
     deadline: Instant,
 }
 
-impl Plan {
+impl<K: Kind> Plan<K> {
     /// Everything that can be refused before a byte is sent.
-    fn check(request: LockRequest, started: Instant) -> Result<Self, LockError> {
+    fn check(request: LockRequest, kind: K, started: Instant) -> Result<Self, LockError> {
         let LockRequest {
             client: core,
             key,
@@ -211,6 +274,7 @@ impl Plan {
             ));
         }
         Ok(Plan {
+            kind,
             core,
             key,
             lease,
@@ -259,8 +323,8 @@ struct Tried {
 }
 
 /// What an acquisition carries from one attempt to the next.
-struct Attempts<'a> {
-    plan: &'a Plan,
+struct Attempts<'a, K> {
+    plan: &'a Plan<K>,
     /// A holder of this client that released into our hands (see `turn`).
     baton: Option<Baton>,
     /// This acquisition's place on the key's waitlist: taken by its first failed
@@ -271,8 +335,8 @@ struct Attempts<'a> {
     backoff: Duration,
 }
 
-impl<'a> Attempts<'a> {
-    fn new(plan: &'a Plan, baton: Option<Baton>) -> Self {
+impl<'a, K: Kind> Attempts<'a, K> {
+    fn new(plan: &'a Plan<K>, baton: Option<Baton>) -> Self {
         let place = (plan.core.masters().keeps_waitlist() && Instant::now() < plan.deadline)
             .then(|| WaitlistPlace::new(&plan.core, &plan.key));
         Attempts {
@@ -309,25 +373,16 @@ impl<'a> Attempts<'a> {
         // Armed until the outcome is known: dropped mid-way (during the script, a
         // replica confirmation or RedLock's fencing write-back), or failed with the
         // reply lost, whatever this attempt took is released in the background.
-        let undo = SpawnOnDrop::new(|| {
-            let (core, key, owner) = (plan.core.clone(), plan.key.clone(), owner.clone());
-            async move {
-                let outcome = core.masters().release(&key, &owner, 0).await;
-                tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
-            }
-        });
-        let outcome = plan
-            .core
-            .masters()
-            .acquire(
-                &plan.key,
-                &owner,
-                plan.lease,
-                plan.lease_ms,
-                previous_owner,
-                waiter,
-            )
-            .await;
+        let undo = SpawnOnDrop::new(|| K::undo(plan.core.clone(), plan.key.clone(), owner.clone()));
+        let request = Try {
+            key: &plan.key,
+            owner: &owner,
+            lease: plan.lease,
+            lease_ms: plan.lease_ms,
+            previous_owner,
+            waiter,
+        };
+        let outcome = plan.kind.attempt(plan.core.masters(), request).await;
         if outcome.is_ok() {
             undo.disarm();
         } else {

@@ -178,17 +178,25 @@ mod tests {
                 "confirm_replicas",
             );
         }
-        let mut huge = ClientConfig::default();
-        huge.reservation_grace = Duration::MAX;
+        let huge = ClientConfig {
+            reservation_grace: Duration::MAX,
+            ..ClientConfig::default()
+        };
         refused(huge, false, "reservation_grace");
-        let mut huge = ClientConfig::default();
-        huge.response_timeout = Duration::MAX;
+        let huge = ClientConfig {
+            response_timeout: Duration::MAX,
+            ..ClientConfig::default()
+        };
         refused(huge, false, "response_timeout");
-        let mut redlock = ClientConfig::default();
-        redlock.confirm_replicas = Some((1, Duration::from_secs(1)));
+        let redlock = ClientConfig {
+            confirm_replicas: Some((1, Duration::from_secs(1))),
+            ..ClientConfig::default()
+        };
         refused(redlock, true, "confirm_replicas");
-        let mut short = ClientConfig::default();
-        short.max_lease = Some(Duration::from_secs(5));
+        let short = ClientConfig {
+            max_lease: Some(Duration::from_secs(5)),
+            ..ClientConfig::default()
+        };
         refused(short.clone(), true, "max_lease");
         assert!(short.validate(false).is_ok(), "max_lease is RedLock's");
     }

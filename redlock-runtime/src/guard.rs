@@ -9,9 +9,10 @@ use tokio::time::Instant;
 use crate::cleanup::SpawnOnDrop;
 use crate::core::Core;
 use crate::error::LockError;
+use crate::hand_off::HandOffOutcome;
 use crate::masters::QuorumError;
 use crate::state::LockState;
-use crate::turn::{HandOffOutcome, LocalTurn};
+use crate::turn::LocalTurn;
 
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases it in the
 /// background (never blocking), or, outside a tokio runtime, leaves it to expire.

@@ -91,8 +91,9 @@
 //! **Requests** — `limits` refuses what a request may not ask for (key, durations,
 //! `max_lease`) before anything is sent.
 //!
-//! **In-process** — `turn` is a client's per-key FIFO line of tasks and the hand-off of a
-//! lock to the next task in it; `state` is one held lock's shared state (lost? lease
+//! **In-process** — `hand_off` decides whether a releasing task may pass its lock to
+//! the next task of the client and carries the baton (pure, no Redis); `turn` is a
+//! client's per-key FIFO line of tasks, with one baton slot per key; `state` is one held lock's shared state (lost? lease
 //! surely until when?), which holds the turn and passes it; `watchdog` renews every
 //! lock of a client in one pipeline per tick; `cleanup` is the one way to finish
 //! interrupted work in the background.
@@ -123,12 +124,13 @@
 //! next task of the client or frees the key in Redis (reserving it for the waitlist's
 //! head), then passes the turn.
 //!
-//! **More primitives** (read-write lock, semaphore, election) are meant to reuse the
-//! connection and notifications, the turn, the watchdog, fencing, the guard's life
-//! cycle and the clean-up on drop. Each will add its scripts (in `scripts`, with a
-//! reply type parsed in `node`), an operation in `masters`, and its own request beside
-//! `acquire`; today `Attempts` is written for the exclusive lock's `Outcome`, and
-//! making it generic over "try, and what the reply says" is the first step there.
+//! **More primitives** (read-write lock, semaphore, election) reuse the connection and
+//! notifications, the turn, the watchdog, fencing, the guard's life cycle and the
+//! clean-up on drop. The acquire loop is written once over an `acquire::Kind`: what one
+//! attempt sends (its script, whose reply a `masters::Outcome` says) and how an
+//! interrupted attempt is undone; `acquire::Exclusive` is the plain lock's. A new
+//! primitive adds its scripts (in `scripts`, with a reply parsed in `node`), its
+//! operation in `masters`, and a `Kind` with a request builder beside `acquire`.
 
 mod acquire;
 mod cleanup;
@@ -140,6 +142,7 @@ mod connection;
 mod core;
 mod error;
 mod guard;
+mod hand_off;
 mod limits;
 mod macro_support;
 mod masters;

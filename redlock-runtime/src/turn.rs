@@ -1,5 +1,4 @@
-//! The turn: the per-key FIFO line of one client's tasks, and the hand-off of a
-//! lock from one task of the client to the next.
+//! The turn: the per-key FIFO line of one client's tasks.
 //!
 //! Before a task talks to Redis about a key it takes that key's turn in its client:
 //! a fair `tokio::sync::Mutex` per key, granted in arrival order. So within a client
@@ -11,25 +10,20 @@
 //! (a holder stuck past its lease must not block this client's waiters for longer
 //! than it blocks other clients').
 //!
-//! ## Hand-off
-//! When a holder releases while a waiter of the same client is in line (one Redis
-//! server or Cluster, no `hold_at_least` left), it does not release in Redis and then
-//! let the waiter acquire: two round trips in a row. It passes its owner token with the
-//! turn (a [`Baton`]); the waiter's acquire script deletes the key if that token still
-//! holds it and takes the lock at once: one round trip from release to next holder.
-//! No release is published meanwhile, so other clients' waiters keep waiting; to bound
-//! that, after [`MAX_HANDOFFS_IN_A_ROW`] hand-offs a release goes through Redis as
-//! usual and every waiter, in any client, gets its chance.
+//! A lock handed to the next task of the client (see `hand_off`) travels with the
+//! turn: the releasing holder leaves its baton in the key's slot, and the next in
+//! line picks it up when its turn comes.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
-use tokio::sync::{OwnedMutexGuard, oneshot};
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
+
+use crate::hand_off::{Baton, BatonSlot, HandOffOutcome, Pending};
 
 /// What the turn needs of the lock its holder took: to know when it is gone, so that
 /// the turn goes on even if the holder's guard lives on. (The lock's state implements
@@ -57,54 +51,16 @@ struct Entry {
     /// Tasks waiting for the turn (a hand-off needs one).
     waiting: AtomicUsize,
     /// The releasing holder's lock, for the next in line to release and retake.
-    baton: Mutex<Option<Baton>>,
-    handoffs_in_a_row: AtomicU32,
+    baton: BatonSlot,
 }
 
-/// How many times in a row a lock may go from task to task of one client without a
-/// release in Redis, which would let other clients' waiters compete.
-pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 8;
-
-/// How long a releasing holder waits for the next in line to pick its baton up
-/// before it releases in Redis itself.
-const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
-
-/// The owner token a releasing holder passes to the next in line, with the way back
-/// for the outcome: did the next one's script find and delete this owner's lock?
-pub(crate) struct Baton {
-    pub(crate) owner: String,
-    picked_up: Option<oneshot::Sender<()>>,
-    outcome: Option<oneshot::Sender<bool>>,
-}
-
-impl Baton {
-    /// Reports whether the lock was still this owner's when it was handed off.
-    pub(crate) fn finish(mut self, released: bool) {
-        if let Some(outcome) = self.outcome.take() {
-            let _ = outcome.send(released);
-        }
-    }
-}
-
-/// The releasing side of a hand-off.
+/// The releasing side of a hand-off: the key's slot holds its baton until the next
+/// in line picks it up (or it is taken back).
 pub(crate) struct HandOff {
     turns: Arc<Turns>,
     key: String,
     entry: Turnstile,
-    picked_up: oneshot::Receiver<()>,
-    outcome: oneshot::Receiver<bool>,
-}
-
-/// How a hand-off ended, for the releasing holder.
-pub(crate) enum HandOffOutcome {
-    /// The next in line ran its script: was the lock still ours when it took it?
-    Done { released: bool },
-    /// Nobody took the baton in time: release in Redis as usual.
-    NotTaken,
-    /// The taker stopped (its acquire was cancelled) before telling whether its script
-    /// ran. A release in Redis will clean up; if it finds the key gone, the taker's
-    /// script most likely deleted it (the lease had not run out when it was handed off).
-    Vanished,
+    pending: Pending,
 }
 
 impl HandOff {
@@ -113,26 +69,9 @@ impl HandOff {
             turns,
             key,
             entry,
-            picked_up,
-            outcome,
+            pending,
         } = self;
-        let result = async {
-            if !matches!(
-                tokio::time::timeout(PICK_UP_LIMIT, picked_up).await,
-                Ok(Ok(()))
-            ) {
-                // Take it back, unless it was picked up at the last moment.
-                let reclaimed = entry.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
-                if reclaimed.is_some() {
-                    return HandOffOutcome::NotTaken;
-                }
-            }
-            match outcome.await {
-                Ok(released) => HandOffOutcome::Done { released },
-                Err(_) => HandOffOutcome::Vanished,
-            }
-        }
-        .await;
+        let result = entry.baton.outcome(pending).await;
         // The waiters may all have left meanwhile: forget the key then.
         drop(entry);
         turns.forget_if_unused(&key);
@@ -326,16 +265,7 @@ pub(crate) struct LocalTurn {
 impl LocalTurn {
     /// The baton a releasing holder left with this turn, if any.
     pub(crate) fn take_baton(&self) -> Option<Baton> {
-        let entry = self.entry.as_ref()?;
-        let mut baton = entry
-            .baton
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        if let Some(picked_up) = baton.picked_up.take() {
-            let _ = picked_up.send(());
-        }
-        Some(baton)
+        self.entry.as_ref()?.baton.pick_up()
     }
 
     /// Passes the turn, with `owner`'s lock, to the next in line; gives the turn back
@@ -345,21 +275,10 @@ impl LocalTurn {
         let Some(entry) = self.entry.clone() else {
             return Err(self);
         };
-        if entry.waiting.load(Ordering::Acquire) == 0 {
-            entry.handoffs_in_a_row.store(0, Ordering::Release);
+        let waiting = entry.waiting.load(Ordering::Acquire) > 0;
+        let Some(pending) = entry.baton.offer(owner, waiting) else {
             return Err(self);
-        }
-        if entry.handoffs_in_a_row.fetch_add(1, Ordering::AcqRel) >= MAX_HANDOFFS_IN_A_ROW {
-            entry.handoffs_in_a_row.store(0, Ordering::Release);
-            return Err(self);
-        }
-        let (picked_up, picked_up_rx) = oneshot::channel();
-        let (outcome, outcome_rx) = oneshot::channel();
-        *entry.baton.lock().unwrap_or_else(|e| e.into_inner()) = Some(Baton {
-            owner: owner.to_owned(),
-            picked_up: Some(picked_up),
-            outcome: Some(outcome),
-        });
+        };
         let turns = self.turns.clone();
         let key = self.key.clone();
         drop(self);
@@ -367,8 +286,7 @@ impl LocalTurn {
             turns,
             key,
             entry,
-            picked_up: picked_up_rx,
-            outcome: outcome_rx,
+            pending,
         })
     }
 
@@ -397,6 +315,7 @@ impl Drop for LocalTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn turns_come_in_arrival_order_and_a_try_never_waits() {

@@ -20,7 +20,8 @@ const LAYERS: &[&str] = &[
     "connect",       // connecting in each mode, giving a node
     "masters",       // the majority over servers (pure tallies + I/O)
     "limits",        // what a request may ask for
-    "turn",          // the in-process turn of a client's tasks, and the hand-off
+    "hand_off",      // passing a lock to the next task of the client (the baton)
+    "turn",          // the in-process turn of a client's tasks
     "state",         // a held lock's shared state (lost? lease until?)
     "watchdog",      // batched renewal
     "cleanup",       // spawn-on-drop

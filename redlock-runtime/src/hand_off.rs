@@ -1,0 +1,179 @@
+//! The hand-off: passing a held lock from a task of a client to the next task of the
+//! same client waiting for that key, inside the latter's acquire script.
+//!
+//! When a holder releases while a waiter of the same client is in line (one Redis
+//! server or Cluster, no `hold_at_least` left), it does not release in Redis and then
+//! let the waiter acquire: two round trips in a row. It leaves its owner token in the
+//! key's [`BatonSlot`] (a [`Baton`]) and passes the turn; the waiter's acquire script
+//! deletes the key if that token still holds it and takes the lock at once: one round
+//! trip from release to next holder. No release is published meanwhile, so other
+//! clients' waiters keep waiting; to bound that, after [`MAX_HANDOFFS_IN_A_ROW`]
+//! hand-offs a release goes through Redis as usual and every waiter, in any client,
+//! gets its chance.
+//!
+//! This module knows nothing of turns or Redis: the slot decides whether a hand-off
+//! may happen, carries the baton and reports how it ended. The turn (one layer up)
+//! keeps one slot per key.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+/// How many times in a row a lock may go from task to task of one client without a
+/// release in Redis, which would let other clients' waiters compete.
+pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 8;
+
+/// How long a releasing holder waits for the next in line to pick its baton up
+/// before it releases in Redis itself.
+const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
+
+/// The owner token a releasing holder passes to the next in line, with the way back
+/// for the outcome: did the next one's script find and delete this owner's lock?
+pub(crate) struct Baton {
+    pub(crate) owner: String,
+    picked_up: Option<oneshot::Sender<()>>,
+    outcome: Option<oneshot::Sender<bool>>,
+}
+
+impl Baton {
+    /// Reports whether the lock was still this owner's when it was handed off.
+    pub(crate) fn finish(mut self, released: bool) {
+        if let Some(outcome) = self.outcome.take() {
+            let _ = outcome.send(released);
+        }
+    }
+}
+
+/// One key's place for a baton, and the count of hand-offs in a row there.
+#[derive(Default)]
+pub(crate) struct BatonSlot {
+    baton: Mutex<Option<Baton>>,
+    in_a_row: AtomicU32,
+}
+
+/// The releasing side of a hand-off: what it waits on.
+pub(crate) struct Pending {
+    picked_up: oneshot::Receiver<()>,
+    outcome: oneshot::Receiver<bool>,
+}
+
+/// How a hand-off ended, for the releasing holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandOffOutcome {
+    /// The next in line ran its script: was the lock still ours when it took it?
+    Done { released: bool },
+    /// Nobody took the baton in time: release in Redis as usual.
+    NotTaken,
+    /// The taker stopped (its acquire was cancelled) before telling whether its script
+    /// ran. A release in Redis will clean up; if it finds the key gone, the taker's
+    /// script most likely deleted it (the lease had not run out when it was handed off).
+    Vanished,
+}
+
+impl BatonSlot {
+    /// Leaves `owner`'s lock for the next in line, if there is one (`waiting`) and the
+    /// lock has not gone from task to task too often in a row; `None` means: release
+    /// in Redis.
+    pub(crate) fn offer(&self, owner: &str, waiting: bool) -> Option<Pending> {
+        if !waiting {
+            self.in_a_row.store(0, Ordering::Release);
+            return None;
+        }
+        if self.in_a_row.fetch_add(1, Ordering::AcqRel) >= MAX_HANDOFFS_IN_A_ROW {
+            self.in_a_row.store(0, Ordering::Release);
+            return None;
+        }
+        let (picked_up, picked_up_rx) = oneshot::channel();
+        let (outcome, outcome_rx) = oneshot::channel();
+        *self.baton.lock().unwrap_or_else(|e| e.into_inner()) = Some(Baton {
+            owner: owner.to_owned(),
+            picked_up: Some(picked_up),
+            outcome: Some(outcome),
+        });
+        Some(Pending {
+            picked_up: picked_up_rx,
+            outcome: outcome_rx,
+        })
+    }
+
+    /// The baton a releasing holder left here, if any; tells the holder it was
+    /// picked up.
+    pub(crate) fn pick_up(&self) -> Option<Baton> {
+        let mut baton = self
+            .baton
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        if let Some(picked_up) = baton.picked_up.take() {
+            let _ = picked_up.send(());
+        }
+        Some(baton)
+    }
+
+    /// Waits for the next in line to pick the baton up (taking it back after
+    /// [`PICK_UP_LIMIT`]), then for its script's verdict.
+    pub(crate) async fn outcome(&self, pending: Pending) -> HandOffOutcome {
+        let Pending { picked_up, outcome } = pending;
+        if !matches!(
+            tokio::time::timeout(PICK_UP_LIMIT, picked_up).await,
+            Ok(Ok(()))
+        ) {
+            // Take it back, unless it was picked up at the last moment.
+            let reclaimed = self.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if reclaimed.is_some() {
+                return HandOffOutcome::NotTaken;
+            }
+        }
+        match outcome.await {
+            Ok(released) => HandOffOutcome::Done { released },
+            Err(_) => HandOffOutcome::Vanished,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_hand_off_without_a_waiter_nor_beyond_the_limit_in_a_row() {
+        let slot = BatonSlot::default();
+        assert!(slot.offer("a", false).is_none());
+        for _ in 0..MAX_HANDOFFS_IN_A_ROW {
+            assert!(slot.offer("a", true).is_some());
+            slot.pick_up().expect("the baton just left");
+        }
+        // The ninth in a row goes through Redis; the count then starts again.
+        assert!(slot.offer("a", true).is_none());
+        assert!(slot.offer("a", true).is_some());
+        // Nobody waiting also starts it again.
+        assert!(slot.offer("a", false).is_none());
+        assert_eq!(slot.in_a_row.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_ends_done_not_taken_or_vanished() {
+        let slot = BatonSlot::default();
+
+        let pending = slot.offer("a", true).unwrap();
+        let baton = slot.pick_up().unwrap();
+        assert_eq!(baton.owner, "a");
+        baton.finish(true);
+        assert_eq!(
+            slot.outcome(pending).await,
+            HandOffOutcome::Done { released: true }
+        );
+
+        // Not picked up within the limit: taken back, so a late taker finds nothing.
+        let pending = slot.offer("b", true).unwrap();
+        assert_eq!(slot.outcome(pending).await, HandOffOutcome::NotTaken);
+        assert!(slot.pick_up().is_none());
+
+        // Picked up, then the taker went away without a verdict.
+        let pending = slot.offer("c", true).unwrap();
+        drop(slot.pick_up().unwrap());
+        assert_eq!(slot.outcome(pending).await, HandOffOutcome::Vanished);
+    }
+}

@@ -13,6 +13,7 @@ use crate::core::Core;
 use crate::error::LockError;
 use crate::masters::Masters;
 use crate::node::Node;
+use crate::operate::{self, LockInfo};
 
 /// A client of distributed locks on one Redis server.
 ///
@@ -143,6 +144,57 @@ impl LockClient {
         LockRequest::new(self.inner.clone(), key.into())
     }
 
+    /// This client's name, written into every lock it takes (see
+    /// [`LockClientBuilder::name`]).
+    pub fn name(&self) -> &str {
+        &self.inner.config().name
+    }
+
+    /// Who holds the lock `key`, since when, with which fencing token, and how many
+    /// clients wait; `None` when it is free. A key holding anything redlock did not
+    /// write as a lock is not a lock (`None`), and neither is a key reserved for a
+    /// waiter that is taking it at this moment.
+    ///
+    /// With RedLock: the holder a majority of masters agree on (its shortest ttl, its
+    /// largest token), with `waiting` 0 (RedLock keeps no waitlist).
+    ///
+    /// ```no_run
+    /// # async fn run(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+    /// if let Some(info) = client.inspect("order:42").await? {
+    ///     println!(
+    ///         "{} held by {} for {:?} (token {}, {:?} left, {} waiting)",
+    ///         info.key(), info.holder(), info.held_for(), info.fencing_token(),
+    ///         info.ttl(), info.waiting()
+    ///     );
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        operate::inspect(&self.inner, key).await
+    }
+
+    /// Every lock whose key matches `pattern` (Redis glob syntax: `order:*`), sorted
+    /// by key. Walks the keyspace with `SCAN … TYPE string` — never `KEYS`, so the
+    /// server keeps serving — on every primary of a Cluster; redlock's own keys
+    /// (counters, waitlists) and application keys that are not locks are left out.
+    /// A lock taken or freed during the walk may or may not be listed.
+    pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+        operate::locks(&self.inner, pattern).await
+    }
+
+    /// Frees the lock `key` whoever holds it, as its release would: the next client
+    /// in line gets it and waiters in every process are woken. Returns `false` when
+    /// it was free. Logs a `tracing` warning naming the key, the evicted holder and
+    /// this client.
+    ///
+    /// The evicted holder is not told at once: its guard turns lost at its next
+    /// renewal (within `renew_every` in watchdog mode), `extend` or release, and that
+    /// release returns [`LockError::Lost`]. Its fencing token stays below the next
+    /// holder's, so a resource that checks tokens refuses its late writes.
+    pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
+        operate::force_unlock(&self.inner, key).await
+    }
+
     /// The lease used when an acquisition names none (watchdog mode).
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.config().watchdog_lease
@@ -196,6 +248,14 @@ impl fmt::Debug for LockClientBuilder {
 }
 
 impl LockClientBuilder {
+    /// The name written into every lock this client takes, shown by
+    /// [`LockClient::inspect`], [`LockClient::locks`] and the `redlock` command
+    /// (default `<hostname>:<pid>`). 1 to 200 bytes of printable text.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
     /// Lease of locks taken without one, renewed by the watchdog (default 30 s).
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.config.watchdog_lease = lease;

@@ -22,6 +22,8 @@ pub(crate) struct ClientConfig {
     pub(crate) confirm_replicas: Option<(usize, Duration)>,
     pub(crate) reservation_grace: Duration,
     pub(crate) max_lease: Option<Duration>,
+    /// Written into every lock this client takes, for `inspect` and the CLI.
+    pub(crate) name: String,
 }
 
 impl Default for ClientConfig {
@@ -35,8 +37,20 @@ impl Default for ClientConfig {
             confirm_replicas: None,
             reservation_grace: Duration::from_millis(100),
             max_lease: None,
+            name: default_name(),
         }
     }
+}
+
+/// Longest client name accepted, in bytes: it is copied into every lock's value.
+pub const MAX_NAME_LEN: usize = 200;
+
+/// `<hostname>:<pid>`: tells the instances of a service apart on a dashboard.
+pub(crate) fn default_name() -> String {
+    let host = gethostname::gethostname();
+    let host = host.to_string_lossy();
+    let host = if host.is_empty() { "localhost" } else { &host };
+    format!("{host}:{}", std::process::id())
 }
 
 /// Longest value any duration setting accepts (as for leases and waits: an instant
@@ -82,6 +96,18 @@ impl ClientConfig {
         }
         if let Some(max_lease) = self.max_lease {
             at_least_a_millisecond("max_lease", max_lease)?;
+        }
+        if self.name.is_empty() || self.name.len() > MAX_NAME_LEN {
+            return Err(format!(
+                "name must be 1 to {MAX_NAME_LEN} bytes long (it is copied into every lock), not {}",
+                self.name.len()
+            ));
+        }
+        if self.name.chars().any(char::is_control) {
+            return Err(format!(
+                "name {:?} holds a control character; use printable text",
+                self.name
+            ));
         }
         if self.renew_every >= self.watchdog_lease {
             return Err(format!(
@@ -199,6 +225,18 @@ mod tests {
         };
         refused(short.clone(), true, "max_lease");
         assert!(short.validate(false).is_ok(), "max_lease is RedLock's");
+        for name in [String::new(), "x".repeat(MAX_NAME_LEN + 1), "a\nb".into()] {
+            let named = ClientConfig {
+                name,
+                ..ClientConfig::default()
+            };
+            refused(named, false, "name");
+        }
+        let default = ClientConfig::default().name;
+        assert!(
+            default.ends_with(&format!(":{}", std::process::id())),
+            "{default}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use std::time::Duration;
 
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
@@ -123,6 +124,42 @@ impl Connection {
         ]
     }
 
+    /// The string keys matching `pattern` (SCAN with `TYPE string`, never KEYS: the
+    /// server keeps serving between batches), on every primary of a cluster. A key may
+    /// appear twice (SCAN's guarantee) or not at all if created meanwhile.
+    pub(crate) async fn scan_strings(&self, pattern: &str) -> RedisResult<Vec<String>> {
+        match self {
+            Connection::Server(_) | Connection::Sentinel(_) => {
+                let connection = self.clone();
+                scan_on(pattern, move |cmd| {
+                    let mut connection = connection.clone();
+                    async move { cmd.query_async::<Value>(&mut connection).await }
+                })
+                .await
+            }
+            Connection::Cluster(cluster) => {
+                let mut found = Vec::new();
+                for (host, port) in primaries(cluster.clone()).await? {
+                    let cluster = cluster.clone();
+                    found.extend(
+                        scan_on(pattern, move |cmd| {
+                            let mut cluster = cluster.clone();
+                            let routing = RoutingInfo::SingleNode(
+                                SingleNodeRoutingInfo::ByAddress {
+                                    host: host.clone(),
+                                    port,
+                                },
+                            );
+                            async move { cluster.route_command(cmd, routing).await }
+                        })
+                        .await?,
+                    );
+                }
+                Ok(found)
+            }
+        }
+    }
+
     /// The command the release script publishes with.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
@@ -130,6 +167,61 @@ impl Connection {
             Connection::Cluster(_) => "SPUBLISH",
         }
     }
+}
+
+/// SCAN to the end on one server, `send` carrying each command.
+async fn scan_on<F, Fut>(pattern: &str, mut send: F) -> RedisResult<Vec<String>>
+where
+    F: FnMut(Cmd) -> Fut,
+    Fut: Future<Output = RedisResult<Value>>,
+{
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg("string");
+        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(send(cmd).await?)?;
+        found.extend(keys);
+        if next == 0 {
+            return Ok(found);
+        }
+        cursor = next;
+    }
+}
+
+/// The addresses of a cluster's primaries (`CLUSTER SLOTS`: each range's first node).
+async fn primaries(mut cluster: ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let ranges: Vec<Value> = redis::from_redis_value(
+        cluster
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await?,
+    )?;
+    let mut found: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let fields: Vec<Value> = redis::from_redis_value(range)?;
+        if let Some(primary) = fields.get(2) {
+            let parts: Vec<Value> = redis::from_redis_value_ref(primary)?;
+            if let (Some(host), Some(port)) = (parts.first(), parts.get(1)) {
+                let node: (String, u16) = (
+                    redis::from_redis_value_ref(host)?,
+                    redis::from_redis_value_ref(port)?,
+                );
+                if !found.contains(&node) {
+                    found.push(node);
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Whether an error means the key's slot is moving between shards (resharding) or

@@ -147,6 +147,7 @@ mod limits;
 mod macro_support;
 mod masters;
 mod node;
+mod operate;
 mod notify;
 mod scripts;
 mod sentinel;
@@ -156,9 +157,10 @@ mod watchdog;
 
 pub use acquire::LockRequest;
 pub use client::{LockClient, LockClientBuilder};
-pub use config::{DEFAULT_MAX_LEASE, DEFAULT_URL, MAX_KEY_LEN};
+pub use config::{DEFAULT_MAX_LEASE, DEFAULT_URL, MAX_KEY_LEN, MAX_NAME_LEN};
 pub use error::LockError;
 pub use guard::LockGuard;
+pub use operate::LockInfo;
 pub use macro_support::{CurrentLock, current_lock, default_client, set_default_client};
 pub use redlock_macros::distributed_lock;
 

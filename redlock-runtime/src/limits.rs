@@ -12,13 +12,8 @@ use crate::scripts::RESERVED_PREFIX;
 /// 64-bit count from the epoch, and an instant that far ahead overflows the clock.
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// Checks a request before anything is sent.
-pub(crate) fn validate(
-    key: &str,
-    wait: Duration,
-    lease: Option<Duration>,
-    hold_at_least: Option<Duration>,
-) -> Result<(), LockError> {
+/// Checks a lock's name: not empty, not one of redlock's own keys, not too long.
+pub(crate) fn check_key(key: &str) -> Result<(), LockError> {
     if key.is_empty() {
         return Err(LockError::InvalidKey {
             key: String::new(),
@@ -43,6 +38,17 @@ pub(crate) fn validate(
             ),
         });
     }
+    Ok(())
+}
+
+/// Checks a request before anything is sent.
+pub(crate) fn validate(
+    key: &str,
+    wait: Duration,
+    lease: Option<Duration>,
+    hold_at_least: Option<Duration>,
+) -> Result<(), LockError> {
+    check_key(key)?;
     if wait > MAX_DURATION {
         return Err(LockError::invalid_options(
             key,

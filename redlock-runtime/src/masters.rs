@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::error::LockError;
-use crate::node::{Attempt, AttemptRequest, Boot, Node, Waiter};
+use crate::node::{Attempt, AttemptRequest, Boot, Node, Seen, Waiter};
 
 /// The outcome of one acquisition attempt over every master.
 pub(crate) enum Outcome {
@@ -74,6 +74,8 @@ pub(crate) struct Masters {
     max_lease: Duration,
     /// Per master: a warning about its quarantine was logged (until it votes again).
     warned: Vec<AtomicBool>,
+    /// The client's name, written into each lock it takes.
+    name: String,
 }
 
 impl Masters {
@@ -86,6 +88,7 @@ impl Masters {
             response_timeout: config.response_timeout,
             confirm_replicas: config.confirm_replicas,
             max_lease: config.max_lease(),
+            name: config.name.clone(),
         }
     }
 
@@ -160,6 +163,7 @@ impl Masters {
                 previous_owner,
                 waiter,
                 quarantine_ms: None,
+                name: &self.name,
             };
             return Ok(match self.confirm_replicas {
                 None => match node.acquire(&request).await?.0 {
@@ -203,6 +207,7 @@ impl Masters {
                 let node = node.clone();
                 let (key, owner) = (key.to_owned(), owner.to_owned());
                 let quarantine_ms = Some(self.max_lease.as_millis() as u64);
+                let name = self.name.clone();
                 async move {
                     let request = AttemptRequest {
                         key: &key,
@@ -211,6 +216,7 @@ impl Masters {
                         previous_owner: None,
                         waiter: None,
                         quarantine_ms,
+                        name: &name,
                     };
                     let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
                     (index, reply.ok().and_then(Result::ok))
@@ -430,6 +436,85 @@ impl Masters {
         .await
     }
 
+    /// The lock on `key` as a majority sees it: the holder a majority of masters agree
+    /// on (its shortest ttl, largest token, earliest start), or `None`. One server:
+    /// what it says. The waitlist is counted on one server (RedLock keeps none).
+    pub(crate) async fn inspect(&self, key: &str) -> Result<Option<Seen>, QuorumError> {
+        if let [node] = self.nodes.as_slice() {
+            return node.inspect(key).await.map_err(QuorumError::Redis);
+        }
+        let replies = futures_util::future::join_all(
+            self.nodes
+                .iter()
+                .map(|node| tokio::time::timeout(self.response_timeout, node.inspect(key))),
+        )
+        .await;
+        let answers: Vec<Option<Seen>> = replies
+            .into_iter()
+            .filter_map(|reply| reply.ok().and_then(Result::ok))
+            .collect();
+        if answers.len() < self.quorum() {
+            return Err(QuorumError::NoQuorum {
+                reached: answers.len(),
+            });
+        }
+        Ok(majority_view(&answers, self.quorum()))
+    }
+
+    /// Frees `key` whoever holds it, on every master; the lock value a majority held
+    /// (`None`: no lock was held), see `node::Node::force_unlock`.
+    pub(crate) async fn force_unlock(&self, key: &str) -> Result<Option<String>, QuorumError> {
+        if let [node] = self.nodes.as_slice() {
+            return node.force_unlock(key).await.map_err(QuorumError::Redis);
+        }
+        let replies = futures_util::future::join_all(
+            self.nodes
+                .iter()
+                .map(|node| tokio::time::timeout(self.response_timeout, node.force_unlock(key))),
+        )
+        .await;
+        let answers: Vec<Option<String>> = replies
+            .into_iter()
+            .filter_map(|reply| reply.ok().and_then(Result::ok))
+            .collect();
+        if answers.len() < self.quorum() {
+            return Err(QuorumError::NoQuorum {
+                reached: answers.len(),
+            });
+        }
+        let owner = |value: &str| value.split(' ').next().unwrap_or("").to_owned();
+        Ok(answers.iter().flatten().find_map(|value| {
+            let count = answers
+                .iter()
+                .flatten()
+                .filter(|other| owner(other) == owner(value))
+                .count();
+            (count >= self.quorum()).then(|| value.clone())
+        }))
+    }
+
+    /// Keys matching `pattern` that may hold locks, on every server (each primary of
+    /// a cluster; the masters that answer, with RedLock).
+    pub(crate) async fn candidates(&self, pattern: &str) -> Result<Vec<String>, QuorumError> {
+        if let [node] = self.nodes.as_slice() {
+            return node.candidates(pattern).await.map_err(QuorumError::Redis);
+        }
+        let replies = futures_util::future::join_all(
+            self.nodes.iter().map(|node| node.candidates(pattern)),
+        )
+        .await;
+        let answered: Vec<Vec<String>> = replies.into_iter().filter_map(Result::ok).collect();
+        if answered.len() < self.quorum() {
+            return Err(QuorumError::NoQuorum {
+                reached: answered.len(),
+            });
+        }
+        let mut keys: Vec<String> = answered.into_iter().flatten().collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
+
     /// Runs `operation` on every master in tasks of their own, and answers as soon as
     /// a majority has confirmed, or denied; the others finish in the background.
     async fn on_every_master<F, Fut>(&self, operation: F) -> Result<bool, QuorumError>
@@ -543,6 +628,25 @@ fn validity_of(lease: Duration, redlock: bool) -> Duration {
 
 fn quorum_of(masters: usize) -> usize {
     masters / 2 + 1
+}
+
+/// The lock the masters' answers agree on: an owner seen by at least `quorum` of them,
+/// with the shortest ttl, the largest token and the longest hold among those.
+fn majority_view(answers: &[Option<Seen>], quorum: usize) -> Option<Seen> {
+    let held: Vec<&Seen> = answers.iter().flatten().collect();
+    held.iter().find_map(|candidate| {
+        let agreeing: Vec<&&Seen> = held
+            .iter()
+            .filter(|seen| seen.owner == candidate.owner)
+            .collect();
+        (agreeing.len() >= quorum).then(|| Seen {
+            ttl: agreeing.iter().map(|seen| seen.ttl).min().unwrap_or_default(),
+            fencing_token: agreeing.iter().map(|seen| seen.fencing_token).max().unwrap_or(0),
+            held_for: agreeing.iter().map(|seen| seen.held_for).max().unwrap_or_default(),
+            waiting: 0,
+            ..(*candidate).clone()
+        })
+    })
 }
 
 fn confirmed(reply: redis::RedisResult<i64>) -> Result<bool, QuorumError> {
@@ -771,6 +875,28 @@ impl QuorumError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inspection_reports_the_holder_a_majority_agrees_on() {
+        let seen = |owner: &str, token: u64, ttl_ms: u64| {
+            Some(Seen {
+                owner: owner.into(),
+                holder: format!("client of {owner}"),
+                fencing_token: token,
+                held_for: Duration::from_millis(1000 - ttl_ms),
+                ttl: Duration::from_millis(ttl_ms),
+                waiting: 0,
+            })
+        };
+        let view = majority_view(&[seen("a", 5, 800), None, seen("a", 7, 700)], 2).unwrap();
+        assert_eq!(view.holder, "client of a");
+        assert_eq!(view.fencing_token, 7, "the largest token");
+        assert_eq!(view.ttl, Duration::from_millis(700), "the shortest ttl");
+        assert_eq!(view.held_for, Duration::from_millis(300), "the longest hold");
+        // A minority's leftover, or two owners splitting the masters, is no lock.
+        assert!(majority_view(&[seen("a", 5, 800), None, None], 2).is_none());
+        assert!(majority_view(&[seen("a", 5, 800), seen("b", 6, 800), None], 2).is_none());
+    }
 
     fn granted(token: u64) -> Option<(Attempt, Boot)> {
         Some((

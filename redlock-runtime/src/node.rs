@@ -225,6 +225,7 @@ impl Node {
                     .map(|secs| secs.to_string())
                     .unwrap_or_default(),
             )
+            .arg(request.name)
             .invoke_async(connection)
             .await?;
         parse_attempt(reply)
@@ -255,6 +256,59 @@ impl Node {
             .invoke_async::<i64>(&mut connection)
             .await
             .map(drop)
+    }
+
+    /// The lock on `key`, if one is held (or kept for `hold_at_least`).
+    pub(crate) async fn inspect(&self, key: &str) -> RedisResult<Option<Seen>> {
+        while_slot_moves(self.response_timeout, || {
+            let mut connection = self.connection.clone();
+            let [waitlist, expiries] = self.connection.waitlist_keys(key);
+            async move {
+                let reply: Option<(String, i64, u64, i64)> = scripts::INSPECT
+                    .key(key)
+                    .key(waitlist)
+                    .key(expiries)
+                    .invoke_async(&mut connection)
+                    .await?;
+                Ok(parse_seen(reply))
+            }
+        })
+        .await
+    }
+
+    /// Frees the lock on `key` whoever holds it, as a release would; the value it
+    /// held (owner, token, since, name), or `None` when no lock was held.
+    pub(crate) async fn force_unlock(&self, key: &str) -> RedisResult<Option<String>> {
+        while_slot_moves(self.response_timeout, || {
+            let mut connection = self.connection.clone();
+            let [waitlist, expiries] = self.connection.waitlist_keys(key);
+            let channel = self.connection.release_channel(key);
+            let publish = self.connection.publish_command();
+            let reservation_ms = self.waitlist.reservation_ms;
+            async move {
+                scripts::FORCE_UNLOCK
+                    .key(key)
+                    .key(waitlist)
+                    .key(expiries)
+                    .arg("")
+                    .arg("")
+                    .arg(channel)
+                    .arg(publish)
+                    .arg(reservation_ms)
+                    .invoke_async(&mut connection)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// The keys matching `pattern` that may be locks (strings, never redlock's own).
+    pub(crate) async fn candidates(&self, pattern: &str) -> RedisResult<Vec<String>> {
+        let mut keys = self.connection.scan_strings(pattern).await?;
+        keys.retain(|key| !is_internal(key));
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
     }
 
     /// Compare-and-expire: 1 extended, 0 not ours.
@@ -452,6 +506,55 @@ pub(crate) struct AttemptRequest<'a> {
     pub(crate) waiter: Option<Waiter<'a>>,
     /// RedLock: the restart quarantine in ms (see [`Boot`]).
     pub(crate) quarantine_ms: Option<u64>,
+    /// The client's name, written into the lock for `inspect`.
+    pub(crate) name: &'a str,
+}
+
+/// A lock as one server sees it: what its value says (see `scripts` on the lock's
+/// value), its remaining lease and how many clients wait on the waitlist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) owner: String,
+    pub(crate) holder: String,
+    pub(crate) fencing_token: u64,
+    pub(crate) held_for: Duration,
+    pub(crate) ttl: Duration,
+    pub(crate) waiting: usize,
+}
+
+/// The parts of a lock's value: owner token (with `kept:` when kept for
+/// `hold_at_least`), fencing token, since when (server ms), name; `None` for a value
+/// redlock did not write as a lock.
+fn parse_lock_value(value: &str) -> Option<(&str, u64, u64, &str)> {
+    let mut parts = value.splitn(4, ' ');
+    let owner = parts.next().filter(|owner| !owner.is_empty())?;
+    let token = parts.next()?.parse().ok()?;
+    let since = parts.next()?.parse().ok()?;
+    Some((owner, token, since, parts.next().unwrap_or("")))
+}
+
+/// A key redlock keeps for itself (counter, restart marker, waitlists), whether bare
+/// or behind a cluster hash tag (`{tag}redlock:…`); lock keys may not look like it.
+fn is_internal(key: &str) -> bool {
+    let untagged = match key.strip_prefix('{').and_then(|rest| rest.split_once('}')) {
+        Some((_, rest)) => rest,
+        None => key,
+    };
+    key.starts_with(scripts::RESERVED_PREFIX) || untagged.starts_with(scripts::RESERVED_PREFIX)
+}
+
+/// The inspect script's reply `{value, pttl, now ms, waiting}` (nil: no lock).
+fn parse_seen(reply: Option<(String, i64, u64, i64)>) -> Option<Seen> {
+    let (value, ttl, now_ms, waiting) = reply?;
+    let (owner, fencing_token, since_ms, name) = parse_lock_value(&value)?;
+    Some(Seen {
+        owner: owner.to_owned(),
+        holder: name.to_owned(),
+        fencing_token,
+        held_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
+        ttl: Duration::from_millis(u64::try_from(ttl).ok()?),
+        waiting: usize::try_from(waiting).unwrap_or(0),
+    })
 }
 
 /// The policy in a `CONFIG GET maxmemory-policy` reply (a map in RESP3, a flat array in RESP2).
@@ -507,6 +610,39 @@ mod tests {
         assert!(parse_attempt(vec![]).is_err());
         assert!(parse_attempt(vec![Value::Int(1)]).is_err());
         assert!(parse_attempt(vec![Value::Int(0), bulk("soon")]).is_err());
+    }
+
+    #[test]
+    fn a_lock_value_names_owner_token_start_and_holder() {
+        let seen = parse_seen(Some((
+            "ab12:7 1700000000123456 1700000000123 billing 7:42".to_owned(),
+            2500,
+            1700000001123,
+            3,
+        )))
+        .expect("a lock");
+        assert_eq!(seen.owner, "ab12:7");
+        assert_eq!(seen.holder, "billing 7:42", "a name may hold spaces");
+        assert_eq!(seen.fencing_token, 1700000000123456);
+        assert_eq!(seen.held_for, Duration::from_secs(1));
+        assert_eq!(seen.ttl, Duration::from_millis(2500));
+        assert_eq!(seen.waiting, 3);
+        let kept = parse_lock_value("kept:ab12:7 5 6 n").unwrap();
+        assert_eq!(kept, ("kept:ab12:7", 5, 6, "n"));
+        // What is not a lock's value is not a lock.
+        for other in ["reserved:ab12:9", "hello", "a b c d", "", " 1 2 n"] {
+            assert!(parse_lock_value(other).is_none(), "{other:?}");
+        }
+        assert!(parse_seen(None).is_none());
+    }
+
+    #[test]
+    fn internal_keys_are_never_listed_as_locks() {
+        assert!(is_internal("redlock:fence"));
+        assert!(is_internal("redlock:fence:{x1}"));
+        assert!(is_internal("{x1}redlock:waitlist:order:1"));
+        assert!(!is_internal("order:1"));
+        assert!(!is_internal("{user}:order"));
     }
 
     #[test]

@@ -1,8 +1,17 @@
 //! The Lua scripts that make each lock operation one atomic round trip.
 //!
 //! Each is a `redis::Script`: sent as EVALSHA, loaded on the NOSCRIPT reply (after a
-//! Redis restart too). The lock key holds the owner's random token and nothing else,
-//! with the lease as its expiry.
+//! Redis restart too). The lock key is a string with the lease as its expiry.
+//!
+//! ## The lock's value
+//! `<owner> <fencing token> <since ms> <name>`: the owner token (random, no spaces),
+//! which every compare-and-set checks (`owned_by`: the value starts with the token and
+//! a space); the fencing token it was given; when it was taken (server clock, ms); and
+//! the holding client's name (may hold spaces: it runs to the end). So who holds a lock,
+//! since when and with which token is read from the lock itself — no side key, nothing
+//! that outlives the lock, and no extra round trip to acquire. A key kept for
+//! `hold_at_least` reads `kept:` and the same; one reserved for the next waiter reads
+//! `reserved:<waiter id>`.
 //!
 //! ## Fencing tokens
 //! One counter key, [`FENCE_KEY`], is shared by every lock of a Redis server (on a
@@ -46,6 +55,14 @@ pub(crate) const RESERVED_PREFIX: &str = "redlock:";
 pub(crate) const WAITLIST_PREFIX: &str = "redlock:waitlist:";
 pub(crate) const WAITLIST_EXPIRY_PREFIX: &str = "redlock:waitlist-expiry:";
 
+/// `owned_by(value, owner)`: does a lock value belong to this owner token? Shared by
+/// every script that compares before it writes.
+const OWNED_BY: &str = r#"
+local function owned_by(value, owner)
+  return type(value) == 'string' and string.sub(value, 1, #owner + 1) == owner .. ' '
+end
+"#;
+
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
@@ -56,8 +73,8 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// hand-off), this waiter's id (empty for an attempt that will not wait, and with
 /// RedLock, which keeps no waitlist), "1" if an earlier attempt may have registered it on
 /// the waitlist, how long a registration outlives the holder's lease (ms), release
-/// channel, publish command, and the restart quarantine in ms (RedLock only, else
-/// empty).
+/// channel, publish command, the restart quarantine in ms (RedLock only, else
+/// empty), and the client's name.
 ///
 /// A waiter that fails registers on the key's waitlist (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -82,9 +99,9 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// flush — the quarantine starts anew at that moment, so data lost without a restart
 /// is caught too, and each client compares it with its own `max_lease`.
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
         r#"
-local boot = 0
+{OWNED_BY}local boot = 0
 if ARGV[9] ~= '' then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local now = redis.call('TIME')
@@ -105,7 +122,7 @@ if ARGV[9] ~= '' then
   end
 end
 local handed_off = 0
-if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
+if ARGV[3] ~= '' and owned_by(redis.pcall('GET', KEYS[1]), ARGV[3]) then
   redis.call('DEL', KEYS[1])
   handed_off = 1
 end
@@ -134,14 +151,18 @@ if acquired then
   if last and last >= token then
     -- Two acquisitions within one microsecond, or a clock behind the counter.
     token = last + 1
-    redis.call('SET', KEYS[2], string.format('%.0f', token))
+    clock = string.format('%.0f', token)
+    redis.call('SET', KEYS[2], clock)
   end
-  return {1, token, handed_off, boot}
+  -- Who holds it, with which token, since when: read by `inspect`.
+  local since = string.sub(now[1] .. string.rep('0', 6 - #now[2]) .. now[2], 1, -4)
+  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since .. ' ' .. ARGV[10], 'PX', ARGV[2])
+  return {{1, token, handed_off, boot}}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if ttl < 0 or kind ~= 'string' then
-  return {-1, kind, boot}
+  return {{-1, kind, boot}}
 end
 if ARGV[4] ~= '' then
   local now = redis.call('TIME')
@@ -153,9 +174,9 @@ if ARGV[4] ~= '' then
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
 end
-return {0, ttl, boot}
-"#,
-    )
+return {{0, ttl, boot}}
+"#
+    ))
 });
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
@@ -165,17 +186,19 @@ return {0, ttl, boot}
 /// Returns 1 when released (deleted, or reserved for the waitlist's head; published),
 /// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more.
 ///
-/// A kept key changes its value to `kept:<owner>`, so that a renewal already on its
+/// A kept key's value gains the prefix `kept:`, so that a renewal already on its
 /// way cannot stretch it back to the full lease, and tells every waiter when it ends
 /// (`K:<ms>`), so that they retry then rather than at the end of the original lease.
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+{OWNED_BY}
+local value = redis.pcall('GET', KEYS[1])
+if not owned_by(value, ARGV[1]) then
   return 0
 end
 if tonumber(ARGV[2]) > 0 then
-  redis.call('SET', KEYS[1], 'kept:' .. ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], 'kept:' .. value, 'PX', ARGV[2])
   redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
   return 2
 end
@@ -233,16 +256,66 @@ return 1
 
 /// KEYS: lock. ARGV: owner token, new lease in ms. Returns 1 when extended, 0 when not ours.
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
         r#"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+{OWNED_BY}
+if owned_by(redis.pcall('GET', KEYS[1]), ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0
-"#,
-    )
+"#
+    ))
 });
+
+/// KEYS: lock, waitlist, waitlist expiries. Returns `{value, pttl, now ms, waiting}`
+/// when the key holds a lock (one of ours, held or kept), else nil: a free key, a
+/// reservation for the next waiter (it is being taken), and an application's key of
+/// any other type or shape are not locks. `waiting`: the waitlist's live entries.
+pub(crate) static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        r#"
+{IS_LOCK}
+local value = redis.pcall('GET', KEYS[1])
+if not is_lock(value) then
+  return false
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  return false
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf')}}
+"#
+    ))
+});
+
+/// KEYS: lock, waitlist, waitlist expiries. ARGV: (unused), (unused), release channel,
+/// publish command, grace of a reservation (ms). Frees a lock whoever holds it, as its
+/// release would (the waitlist's head gets the reservation, every waiter the news),
+/// and returns the value it held; nil when the key held no lock.
+pub(crate) static FORCE_UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        r#"
+{IS_LOCK}
+local value = redis.pcall('GET', KEYS[1])
+if not is_lock(value) or redis.call('PTTL', KEYS[1]) < 0 then
+  return false
+end
+{FREE_FOR_NEXT}
+return value
+"#
+    ))
+});
+
+/// `is_lock(value)`: the value of a lock redlock wrote (held, or kept for
+/// `hold_at_least`); see the module's docs.
+const IS_LOCK: &str = r#"
+local function is_lock(value)
+  return type(value) == 'string' and string.match(value, '^%S+ %d+ %d+ ') ~= nil
+end
+"#;
 
 /// The channel a release of `key` is published on.
 pub(crate) fn release_channel(key: &str) -> String {

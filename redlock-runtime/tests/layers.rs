@@ -28,9 +28,11 @@ const LAYERS: &[&str] = &[
     "core",          // a client's shared core
     "guard",         // LockGuard
     "acquire",       // LockRequest: validate → take turn → attempt / wait
+    "operate",       // who holds a lock, every lock, force-unlock
     "client",        // LockClient and its builder
     "macro_support", // what the attribute calls
     "lib",           // re-exports only
+    "bin",           // the `redlock` command (feature `cli`): the public API only
 ];
 
 /// The modules a source text names: `crate::m`, each `m` of a `crate::{m, n::…}`

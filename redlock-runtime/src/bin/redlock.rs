@@ -1,0 +1,288 @@
+//! `redlock`: who holds a lock, since when, who waits — and a way to free it, from a
+//! terminal. Install with `cargo install redlock-runtime --features cli` (or
+//! `--path redlock-runtime` from a checkout).
+//!
+//! ```text
+//! redlock list 'order:*'          # a table: key, holder, held for, ttl, token, waiting
+//! redlock inspect order:42        # one key; exit code 1 when free
+//! redlock unlock order:42 --force # frees it whoever holds it; prints whom it evicted
+//! redlock watch order:42          # follows it live until Ctrl-C
+//! ```
+//!
+//! The servers come from `--url` or `REDLOCK_URL`, in any mode's syntax: one URL,
+//! a comma-separated list for RedLock, `cluster:…` or `sentinel:NAME:…`.
+//! Exit codes: 0 done, 1 the key is free (`inspect`, `unlock`), 2 an error (one line
+//! on stderr).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use redlock_runtime::{LockClient, LockError, LockInfo};
+
+#[derive(Parser)]
+#[command(name = "redlock", version, about = "Inspect and free redlock locks in Redis")]
+struct Cli {
+    /// The Redis server(s): a URL, a comma-separated list (RedLock), `cluster:URL,…`
+    /// or `sentinel:NAME:URL,…`.
+    #[arg(long, env = "REDLOCK_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+    /// How long to wait for Redis to answer, e.g. `3s`.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration, global = true)]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Lists the locks whose keys match PATTERN (Redis glob syntax; default: all).
+    List {
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows who holds KEY; exit code 1 when it is free.
+    Inspect {
+        key: String,
+        /// A JSON object (`null` when free) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Frees KEY whoever holds it (its holder finds out at its next renewal);
+    /// refuses without --force.
+    Unlock {
+        key: String,
+        /// Yes, evict the holder.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Follows KEY live — holder changes, waiting count — until Ctrl-C.
+    Watch {
+        key: String,
+        /// How often to look, e.g. `200ms`.
+        #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+        every: Duration,
+    },
+}
+
+/// A failure the user reads: one line, no backtrace.
+struct Failure(String);
+
+impl From<LockError> for Failure {
+    fn from(error: LockError) -> Self {
+        Failure(error.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(Failure(format!("cannot start: {error}"))),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(failure) => fail(failure),
+    }
+}
+
+fn fail(Failure(message): Failure) -> ExitCode {
+    eprintln!("redlock: {message}");
+    ExitCode::from(2)
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    let Some(url) = cli.url.filter(|url| !url.trim().is_empty()) else {
+        return Err(Failure(
+            "no server given: pass --url redis://host:port/ or set REDLOCK_URL".into(),
+        ));
+    };
+    if cli.timeout.is_zero() {
+        return Err(Failure("--timeout must be above zero".into()));
+    }
+    let host = gethostname::gethostname();
+    let client = LockClient::builder_from_spec(&url)
+        .name(format!(
+            "redlock-cli@{}:{}",
+            host.to_string_lossy(),
+            std::process::id()
+        ))
+        .connect_timeout(cli.timeout)
+        .response_timeout(cli.timeout)
+        .connect()
+        .await?;
+    let mut out = std::io::stdout().lock();
+    let written = |result: std::io::Result<()>| {
+        result.map_err(|error| Failure(format!("cannot write the output: {error}")))
+    };
+    match cli.command {
+        Command::List { pattern, json } => {
+            let locks = client.locks(&pattern).await?;
+            if json {
+                let rows: Vec<_> = locks.iter().map(to_json).collect();
+                written(writeln!(out, "{}", serde_json::Value::Array(rows)))?;
+            } else {
+                written(write_table(&mut out, &locks))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect { key, json } => {
+            let info = client.inspect(&key).await?;
+            if json {
+                let value = info.as_ref().map_or(serde_json::Value::Null, to_json);
+                written(writeln!(out, "{value}"))?;
+            } else if let Some(info) = &info {
+                written(write_table(&mut out, std::slice::from_ref(info)))?;
+            } else {
+                written(writeln!(out, "{key} is free"))?;
+            }
+            Ok(if info.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Unlock { key, force } => {
+            if !force {
+                return Err(Failure(format!(
+                    "refusing to free `{key}` without --force: its holder keeps running until \
+                     its next renewal and may still write; see `redlock inspect {key}` first"
+                )));
+            }
+            let before = client.inspect(&key).await?;
+            if !client.force_unlock(&key).await? {
+                written(writeln!(out, "{key} was free; nothing to do"))?;
+                return Ok(ExitCode::from(1));
+            }
+            match before {
+                Some(info) => written(writeln!(
+                    out,
+                    "freed {key}: evicted {} (token {}, held for {})",
+                    info.holder(),
+                    info.fencing_token(),
+                    short(info.held_for())
+                ))?,
+                None => written(writeln!(out, "freed {key}"))?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Watch { key, every } => {
+            if every.is_zero() {
+                return Err(Failure("--every must be above zero".into()));
+            }
+            written(writeln!(out, "watching {key} every {} (Ctrl-C to stop)", short(every)))?;
+            drop(out);
+            let started = tokio::time::Instant::now();
+            let mut last: Option<Option<(String, u64, usize)>> = None;
+            let mut tick = tokio::time::interval(every);
+            let stop = tokio::signal::ctrl_c();
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    _ = &mut stop => return Ok(ExitCode::SUCCESS),
+                    _ = tick.tick() => {}
+                }
+                let info = client.inspect(&key).await?;
+                let now = info
+                    .as_ref()
+                    .map(|info| (info.holder().to_owned(), info.fencing_token(), info.waiting()));
+                if last.as_ref() == Some(&now) {
+                    continue;
+                }
+                let at = short(started.elapsed());
+                let line = match &info {
+                    Some(info) => format!(
+                        "+{at} {key} held by {} (token {}, held for {}, ttl {}, {} waiting)",
+                        info.holder(),
+                        info.fencing_token(),
+                        short(info.held_for()),
+                        short(info.ttl()),
+                        info.waiting()
+                    ),
+                    None => format!("+{at} {key} is free"),
+                };
+                let mut out = std::io::stdout().lock();
+                written(writeln!(out, "{line}").and_then(|()| out.flush()))?;
+                last = Some(now);
+            }
+        }
+    }
+}
+
+fn to_json(info: &LockInfo) -> serde_json::Value {
+    serde_json::json!({
+        "key": info.key(),
+        "holder": info.holder(),
+        "fencing_token": info.fencing_token(),
+        "held_for_ms": info.held_for().as_millis() as u64,
+        "ttl_ms": info.ttl().as_millis() as u64,
+        "waiting": info.waiting(),
+        "kept": info.is_kept(),
+    })
+}
+
+fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
+    let header = ["KEY", "HOLDER", "HELD FOR", "TTL", "FENCING TOKEN", "WAITING"];
+    let rows: Vec<[String; 6]> = locks
+        .iter()
+        .map(|info| {
+            [
+                info.key().to_owned(),
+                if info.is_kept() {
+                    format!("{} (kept)", info.holder())
+                } else {
+                    info.holder().to_owned()
+                },
+                short(info.held_for()),
+                short(info.ttl()),
+                info.fencing_token().to_string(),
+                info.waiting().to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut text = String::new();
+        for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if index > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            if index + 1 < cells.len() {
+                text.extend(std::iter::repeat_n(' ', width - cell.chars().count()));
+            }
+        }
+        text
+    };
+    writeln!(out, "{}", line(&header.map(str::to_owned)))?;
+    for row in &rows {
+        writeln!(out, "{}", line(row))?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no locks)")?;
+    }
+    Ok(())
+}
+
+/// `850ms`, `12.3s`, `4m05s`, `2h13m`: short enough for a table.
+fn short(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}

@@ -192,7 +192,22 @@ impl LockClient {
     /// release returns [`LockError::Lost`]. Its fencing token stays below the next
     /// holder's, so a resource that checks tokens refuses its late writes.
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
-        operate::force_unlock(&self.inner, key).await
+        Ok(self.evict(key).await?.is_some())
+    }
+
+    /// Like [`force_unlock`](Self::force_unlock), returning the lock it freed as it
+    /// was at that moment (holder, fencing token, how long it had been held), read in
+    /// the same atomic step; `None` when it was free.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+    /// if let Some(evicted) = client.evict("order:42").await? {
+    ///     println!("evicted {} (token {})", evicted.holder(), evicted.fencing_token());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn evict(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        operate::evict(&self.inner, key).await
     }
 
     /// The lease used when an acquisition names none (watchdog mode).

@@ -144,12 +144,11 @@ impl Connection {
                     found.extend(
                         scan_on(pattern, move |cmd| {
                             let mut cluster = cluster.clone();
-                            let routing = RoutingInfo::SingleNode(
-                                SingleNodeRoutingInfo::ByAddress {
+                            let routing =
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
                                     host: host.clone(),
                                     port,
-                                },
-                            );
+                                });
                             async move { cluster.route_command(cmd, routing).await }
                         })
                         .await?,

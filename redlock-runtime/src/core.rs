@@ -68,7 +68,9 @@ impl Core {
         &self.watchdog
     }
 
-    /// A token no other owner or waiter, in any client, has or will have.
+    /// A token no other owner or waiter, in any client, has or will have:
+    /// `<32 hex digits>:<hex counter>`. Inspection tells a lock's value from an
+    /// application's string by this shape (`scripts::INSPECT`), so keep it.
     pub(crate) fn fresh_token(&self) -> String {
         let n = self.next_token.fetch_add(1, Ordering::Relaxed);
         format!("{}:{n:x}", self.token_prefix)

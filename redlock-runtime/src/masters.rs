@@ -256,7 +256,7 @@ impl Masters {
                 let fencing_token = voters.iter().map(|(_, token)| *token).max().unwrap_or(0);
                 let adopt = if adopt { tally.run_ids() } else { Vec::new() };
                 if self
-                    .write_back(key, fencing_token, &voters, &adopt, limit)
+                    .write_back(key, owner, fencing_token, &voters, &adopt, limit)
                     .await
                     && sent_at.elapsed() < self.validity(lease)
                 {
@@ -290,26 +290,31 @@ impl Masters {
     async fn write_back(
         &self,
         key: &str,
+        owner: &str,
         token: u64,
         voters: &[(usize, u64)],
         adopt: &[(usize, String)],
         limit: Duration,
     ) -> bool {
-        let mut raising: FuturesUnordered<_> = voters
-            .iter()
-            .map(|(index, _)| {
-                let node = self.nodes[*index].clone();
-                let key = key.to_owned();
-                let run_id = adopt
-                    .iter()
-                    .find(|(master, _)| master == index)
-                    .map(|(_, run_id)| run_id.clone());
-                async move {
-                    let raised = node.raise_fence(&key, token, run_id.as_deref());
-                    matches!(tokio::time::timeout(limit, raised).await, Ok(Ok(())))
-                }
-            })
-            .collect();
+        let raise = |index: usize| {
+            let node = self.nodes[index].clone();
+            let (key, owner) = (key.to_owned(), owner.to_owned());
+            let run_id = adopt
+                .iter()
+                .find(|(master, _)| *master == index)
+                .map(|(_, run_id)| run_id.clone());
+            async move {
+                let raised = node.raise_fence(&key, token, Some(&owner), run_id.as_deref());
+                matches!(tokio::time::timeout(limit, raised).await, Ok(Ok(())))
+            }
+        };
+        // The other masters get the token too, in the background: a late grant there
+        // then names the holder's token, and their counters move on as well.
+        for index in (0..self.nodes.len()).filter(|index| !voters.iter().any(|(v, _)| v == index)) {
+            tokio::spawn(raise(index));
+        }
+        let mut raising: FuturesUnordered<_> =
+            voters.iter().map(|(index, _)| raise(*index)).collect();
         let (mut raised, mut left) = (0, voters.len());
         while raised < self.quorum() && raised + left >= self.quorum() {
             match raising.next().await {
@@ -347,7 +352,7 @@ impl Masters {
             let node = self.nodes[index].clone();
             let limit = self.response_timeout;
             tokio::spawn(async move {
-                let adopted = node.raise_fence("", 0, Some(&run_id));
+                let adopted = node.raise_fence("", 0, None, Some(&run_id));
                 if let Ok(Err(error)) = tokio::time::timeout(limit, adopted).await {
                     tracing::debug!(%error, node = %node.url, "redlock: could not mark a fresh master");
                 }
@@ -437,16 +442,34 @@ impl Masters {
     }
 
     /// The lock on `key` as a majority sees it: the holder a majority of masters agree
-    /// on (its shortest ttl, largest token, earliest start), or `None`. One server:
+    /// on (its shortest ttl, its token, earliest start), or `None`. One server:
     /// what it says. The waitlist is counted on one server (RedLock keeps none).
     pub(crate) async fn inspect(&self, key: &str) -> Result<Option<Seen>, QuorumError> {
+        self.majority_view_of(|node| async move { node.inspect(key).await })
+            .await
+    }
+
+    /// Frees `key` whoever holds it, on every master; what it evicted, as a majority
+    /// saw it (`None`: no lock was held), see `node::Node::force_unlock`.
+    pub(crate) async fn force_unlock(&self, key: &str) -> Result<Option<Seen>, QuorumError> {
+        self.majority_view_of(|node| async move { node.force_unlock(key).await })
+            .await
+    }
+
+    /// Asks every master what it sees of a lock (bounded by the response timeout
+    /// each) and answers with the majority's view; one server answers alone.
+    async fn majority_view_of<'a, F, Fut>(&'a self, ask: F) -> Result<Option<Seen>, QuorumError>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = redis::RedisResult<Option<Seen>>> + 'a,
+    {
         if let [node] = self.nodes.as_slice() {
-            return node.inspect(key).await.map_err(QuorumError::Redis);
+            return ask(node).await.map_err(QuorumError::Redis);
         }
         let replies = futures_util::future::join_all(
             self.nodes
                 .iter()
-                .map(|node| tokio::time::timeout(self.response_timeout, node.inspect(key))),
+                .map(|node| tokio::time::timeout(self.response_timeout, ask(node))),
         )
         .await;
         let answers: Vec<Option<Seen>> = replies
@@ -461,48 +484,15 @@ impl Masters {
         Ok(majority_view(&answers, self.quorum()))
     }
 
-    /// Frees `key` whoever holds it, on every master; the lock value a majority held
-    /// (`None`: no lock was held), see `node::Node::force_unlock`.
-    pub(crate) async fn force_unlock(&self, key: &str) -> Result<Option<String>, QuorumError> {
-        if let [node] = self.nodes.as_slice() {
-            return node.force_unlock(key).await.map_err(QuorumError::Redis);
-        }
-        let replies = futures_util::future::join_all(
-            self.nodes
-                .iter()
-                .map(|node| tokio::time::timeout(self.response_timeout, node.force_unlock(key))),
-        )
-        .await;
-        let answers: Vec<Option<String>> = replies
-            .into_iter()
-            .filter_map(|reply| reply.ok().and_then(Result::ok))
-            .collect();
-        if answers.len() < self.quorum() {
-            return Err(QuorumError::NoQuorum {
-                reached: answers.len(),
-            });
-        }
-        let owner = |value: &str| value.split(' ').next().unwrap_or("").to_owned();
-        Ok(answers.iter().flatten().find_map(|value| {
-            let count = answers
-                .iter()
-                .flatten()
-                .filter(|other| owner(other) == owner(value))
-                .count();
-            (count >= self.quorum()).then(|| value.clone())
-        }))
-    }
-
     /// Keys matching `pattern` that may hold locks, on every server (each primary of
     /// a cluster; the masters that answer, with RedLock).
     pub(crate) async fn candidates(&self, pattern: &str) -> Result<Vec<String>, QuorumError> {
         if let [node] = self.nodes.as_slice() {
             return node.candidates(pattern).await.map_err(QuorumError::Redis);
         }
-        let replies = futures_util::future::join_all(
-            self.nodes.iter().map(|node| node.candidates(pattern)),
-        )
-        .await;
+        let replies =
+            futures_util::future::join_all(self.nodes.iter().map(|node| node.candidates(pattern)))
+                .await;
         let answered: Vec<Vec<String>> = replies.into_iter().filter_map(Result::ok).collect();
         if answered.len() < self.quorum() {
             return Err(QuorumError::NoQuorum {
@@ -631,7 +621,8 @@ fn quorum_of(masters: usize) -> usize {
 }
 
 /// The lock the masters' answers agree on: an owner seen by at least `quorum` of them,
-/// with the shortest ttl, the largest token and the longest hold among those.
+/// with the shortest ttl and the longest hold among those, and the token a majority
+/// names (else the largest).
 fn majority_view(answers: &[Option<Seen>], quorum: usize) -> Option<Seen> {
     let held: Vec<&Seen> = answers.iter().flatten().collect();
     held.iter().find_map(|candidate| {
@@ -640,9 +631,31 @@ fn majority_view(answers: &[Option<Seen>], quorum: usize) -> Option<Seen> {
             .filter(|seen| seen.owner == candidate.owner)
             .collect();
         (agreeing.len() >= quorum).then(|| Seen {
-            ttl: agreeing.iter().map(|seen| seen.ttl).min().unwrap_or_default(),
-            fencing_token: agreeing.iter().map(|seen| seen.fencing_token).max().unwrap_or(0),
-            held_for: agreeing.iter().map(|seen| seen.held_for).max().unwrap_or_default(),
+            ttl: agreeing
+                .iter()
+                .map(|seen| seen.ttl)
+                .min()
+                .unwrap_or_default(),
+            // Acquire writes the token it chose into a majority before it returns
+            // (and into the others soon after): the token a majority names is the
+            // holder's; the largest is the best guess until then.
+            fencing_token: agreeing
+                .iter()
+                .map(|seen| seen.fencing_token)
+                .find(|token| {
+                    agreeing
+                        .iter()
+                        .filter(|seen| seen.fencing_token == *token)
+                        .count()
+                        >= quorum
+                })
+                .or_else(|| agreeing.iter().map(|seen| seen.fencing_token).max())
+                .unwrap_or(0),
+            held_for: agreeing
+                .iter()
+                .map(|seen| seen.held_for)
+                .max()
+                .unwrap_or_default(),
             waiting: 0,
             ..(*candidate).clone()
         })
@@ -890,9 +903,22 @@ mod tests {
         };
         let view = majority_view(&[seen("a", 5, 800), None, seen("a", 7, 700)], 2).unwrap();
         assert_eq!(view.holder, "client of a");
-        assert_eq!(view.fencing_token, 7, "the largest token");
+        assert_eq!(
+            view.fencing_token, 7,
+            "no majority for a token: the largest"
+        );
+        let agreed = [seen("a", 7, 800), seen("a", 9, 800), seen("a", 7, 700)];
+        assert_eq!(
+            majority_view(&agreed, 2).unwrap().fencing_token,
+            7,
+            "the token a majority names (written back by the acquire)"
+        );
         assert_eq!(view.ttl, Duration::from_millis(700), "the shortest ttl");
-        assert_eq!(view.held_for, Duration::from_millis(300), "the longest hold");
+        assert_eq!(
+            view.held_for,
+            Duration::from_millis(300),
+            "the longest hold"
+        );
         // A minority's leftover, or two owners splitting the masters, is no lock.
         assert!(majority_view(&[seen("a", 5, 800), None, None], 2).is_none());
         assert!(majority_view(&[seen("a", 5, 800), seen("b", 6, 800), None], 2).is_none());

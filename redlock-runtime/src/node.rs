@@ -276,9 +276,9 @@ impl Node {
         .await
     }
 
-    /// Frees the lock on `key` whoever holds it, as a release would; the value it
-    /// held (owner, token, since, name), or `None` when no lock was held.
-    pub(crate) async fn force_unlock(&self, key: &str) -> RedisResult<Option<String>> {
+    /// Frees the lock on `key` whoever holds it, as a release would; what it evicted,
+    /// or `None` when no lock was held.
+    pub(crate) async fn force_unlock(&self, key: &str) -> RedisResult<Option<Seen>> {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
@@ -286,7 +286,7 @@ impl Node {
             let publish = self.connection.publish_command();
             let reservation_ms = self.waitlist.reservation_ms;
             async move {
-                scripts::FORCE_UNLOCK
+                let reply: Option<(String, i64, u64, i64)> = scripts::FORCE_UNLOCK
                     .key(key)
                     .key(waitlist)
                     .key(expiries)
@@ -296,7 +296,8 @@ impl Node {
                     .arg(publish)
                     .arg(reservation_ms)
                     .invoke_async(&mut connection)
-                    .await
+                    .await?;
+                Ok(parse_seen(reply))
             }
         })
         .await
@@ -327,21 +328,30 @@ impl Node {
         .await
     }
 
-    /// Raises the fencing counter of `key` on this server to at least `token`; with
+    /// Raises the fencing counter of `key` on this server to at least `token`, and
+    /// writes `token` into `owner`'s lock there (RedLock: the token chosen from the
+    /// majority, so that every master names the token its holder was given); with
     /// `adopt`, also marks the master's process as vouching for its data, if it is
     /// still the process with that `run_id`.
     pub(crate) async fn raise_fence(
         &self,
         key: &str,
         token: u64,
+        owner: Option<&str>,
         adopt: Option<&str>,
     ) -> RedisResult<()> {
         let mut connection = self.connection.clone();
         scripts::RAISE_FENCE
             .key(self.connection.fence_key(key).as_ref())
             .key(scripts::BOOT_KEY)
+            .key(if owner.is_some() {
+                key
+            } else {
+                scripts::BOOT_KEY
+            })
             .arg(token)
             .arg(adopt.unwrap_or(""))
+            .arg(owner.unwrap_or(""))
             .invoke_async(&mut connection)
             .await
     }
@@ -527,7 +537,16 @@ pub(crate) struct Seen {
 /// redlock did not write as a lock.
 fn parse_lock_value(value: &str) -> Option<(&str, u64, u64, &str)> {
     let mut parts = value.splitn(4, ' ');
-    let owner = parts.next().filter(|owner| !owner.is_empty())?;
+    let owner = parts.next()?;
+    // `<hex>:<hex>`, as `Core::fresh_token` makes them (with `kept:` when kept).
+    let (random, counter) = owner
+        .strip_prefix("kept:")
+        .unwrap_or(owner)
+        .split_once(':')?;
+    let hex = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex(random) || !hex(counter) {
+        return None;
+    }
     let token = parts.next()?.parse().ok()?;
     let since = parts.next()?.parse().ok()?;
     Some((owner, token, since, parts.next().unwrap_or("")))
@@ -630,7 +649,15 @@ mod tests {
         let kept = parse_lock_value("kept:ab12:7 5 6 n").unwrap();
         assert_eq!(kept, ("kept:ab12:7", 5, 6, "n"));
         // What is not a lock's value is not a lock.
-        for other in ["reserved:ab12:9", "hello", "a b c d", "", " 1 2 n"] {
+        for other in [
+            "reserved:ab12:9",
+            "hello",
+            "a b c d",
+            "",
+            " 1 2 n",
+            "user 1 2 name",
+            "ab:zz 1 2 n",
+        ] {
             assert!(parse_lock_value(other).is_none(), "{other:?}");
         }
         assert!(parse_seen(None).is_none());

@@ -15,8 +15,7 @@ use crate::error::LockError;
 use crate::limits::check_key;
 use crate::node::Seen;
 
-/// A held lock, as [`LockClient::inspect`](crate::LockClient::inspect) and
-/// [`LockClient::locks`](crate::LockClient::locks) see it.
+/// A held lock, as `LockClient::inspect` and `LockClient::locks` see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -127,24 +126,24 @@ pub(crate) async fn locks(core: &Core, pattern: &str) -> Result<Vec<LockInfo>, L
     Ok(found)
 }
 
-/// Frees `key` whoever holds it; `false` when it was free.
-pub(crate) async fn force_unlock(core: &Core, key: &str) -> Result<bool, LockError> {
+/// Frees `key` whoever holds it; what it evicted, `None` when it was free.
+pub(crate) async fn evict(core: &Core, key: &str) -> Result<Option<LockInfo>, LockError> {
     check_key(key)?;
     let masters = core.masters();
-    let value = bounded(core, key, masters.force_unlock(key))
+    let evicted = bounded(core, key, masters.force_unlock(key))
         .await?
-        .map_err(|error| error.into_lock_error(key, masters))?;
-    let Some(value) = value else {
-        return Ok(false);
-    };
-    let holder = value.splitn(4, ' ').nth(3).unwrap_or("");
-    tracing::warn!(
-        key,
-        holder,
-        caller = core.config().name.as_str(),
-        "redlock: lock force-unlocked"
-    );
-    Ok(true)
+        .map_err(|error| error.into_lock_error(key, masters))?
+        .map(|seen| LockInfo::new(key.to_owned(), seen));
+    if let Some(info) = &evicted {
+        tracing::warn!(
+            key,
+            holder = info.holder(),
+            fencing_token = info.fencing_token(),
+            caller = core.config().name.as_str(),
+            "redlock: lock force-unlocked"
+        );
+    }
+    Ok(evicted)
 }
 
 /// Bounds one operation by the response timeout (twice, for RedLock's fan-out and a

@@ -202,7 +202,8 @@ if tonumber(ARGV[2]) > 0 then
   redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
   return 2
 end
-{FREE_FOR_NEXT}
+{FREE_FOR_NEXT_FN}
+free_for_next()
 return 1
 "#
     ))
@@ -212,7 +213,7 @@ return 1
 /// head (KEYS[2], arrival order; KEYS[3], expiries: waiters past theirs are dropped)
 /// and names it on the channel (ARGV[3], published with ARGV[4]) for ARGV[5] ms, or,
 /// with nobody in line, deletes it and says so. Shared by the scripts that free a key.
-const FREE_FOR_NEXT: &str = r#"
+const FREE_FOR_NEXT_FN: &str = r#"
 local function free_for_next()
   if redis.call('EXISTS', KEYS[2]) == 1 then
     local now = redis.call('TIME')
@@ -233,7 +234,6 @@ local function free_for_next()
   redis.call('DEL', KEYS[1])
   redis.call(ARGV[4], ARGV[3], '')
 end
-free_for_next()
 "#;
 
 /// A waiter that gave up leaves the waitlist; if a release reserved the key for it
@@ -248,7 +248,8 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.pcall('GET', KEYS[1]) ~= 'reserved:' .. ARGV[1] then
   return 0
 end
-{FREE_FOR_NEXT}
+{FREE_FOR_NEXT_FN}
+free_for_next()
 return 1
 "#
     ))
@@ -275,45 +276,69 @@ return 0
 pub(crate) static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{IS_LOCK}
-local value = redis.pcall('GET', KEYS[1])
-if not is_lock(value) then
-  return false
-end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  return false
-end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf')}}
-"#
+{seen}
+return seen()
+"#,
+        seen = &*SEEN
     ))
 });
 
 /// KEYS: lock, waitlist, waitlist expiries. ARGV: (unused), (unused), release channel,
 /// publish command, grace of a reservation (ms). Frees a lock whoever holds it, as its
 /// release would (the waitlist's head gets the reservation, every waiter the news),
-/// and returns the value it held; nil when the key held no lock.
+/// and returns what it evicted as `INSPECT` would have seen it; nil when the key held
+/// no lock.
 pub(crate) static FORCE_UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{IS_LOCK}
-local value = redis.pcall('GET', KEYS[1])
-if not is_lock(value) or redis.call('PTTL', KEYS[1]) < 0 then
-  return false
+{seen}
+local evicted = seen()
+if evicted then
+  free_for_next()
 end
-{FREE_FOR_NEXT}
-return value
-"#
+return evicted
+"#,
+        seen = &*SEEN
     ))
 });
 
+/// `seen()`: the lock on KEYS[1] as `{value, pttl, now ms, waiting}` (waiting: the live
+/// entries of the waitlist KEYS[2]/KEYS[3]), or false when it holds no lock; brings
+/// `free_for_next` along for the script that frees it.
+static SEEN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
+{IS_LOCK}
+local function seen()
+  local value = redis.pcall('GET', KEYS[1])
+  if not is_lock(value) then
+    return false
+  end
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 then
+    return false
+  end
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf')}}
+end
+{FREE_FOR_NEXT_FN}
+"#
+    )
+});
+
 /// `is_lock(value)`: the value of a lock redlock wrote (held, or kept for
-/// `hold_at_least`); see the module's docs.
+/// `hold_at_least`): an owner token (`<hex>:<hex>`, see `core`'s `fresh_token`), a
+/// token, a time and a name; see the module's docs.
 const IS_LOCK: &str = r#"
 local function is_lock(value)
-  return type(value) == 'string' and string.match(value, '^%S+ %d+ %d+ ') ~= nil
+  if type(value) ~= 'string' then
+    return false
+  end
+  if string.sub(value, 1, 5) == 'kept:' then
+    value = string.sub(value, 6)
+  end
+  return string.match(value, '^%x+:%x+ %d+ %d+ ') ~= nil
 end
 "#;
 
@@ -325,13 +350,26 @@ pub(crate) fn release_channel(key: &str) -> String {
     channel
 }
 
-/// KEYS: fence counter, restart marker. ARGV: token, the `run_id` of the process to
-/// adopt (end its quarantine, if it is still the one running and started blank: see
-/// `Boot::Blank`), or empty. Raises the counter to the
-/// token if below it (RedLock: the token chosen from a majority is written back to it).
+/// KEYS: fence counter, restart marker, lock (or the marker again when no owner is
+/// given). ARGV: token, the `run_id` of the process to adopt (end its quarantine, if
+/// it is still the one running and started blank: see `Boot::Blank`), or empty; the
+/// owner whose lock takes the token, or empty. Raises the counter to the token if
+/// below it and writes the token into the owner's lock (RedLock: the token chosen
+/// from a majority is written back to it, on every master, so that each names the
+/// token its holder was given).
 pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
         r#"
+{OWNED_BY}
+if ARGV[3] ~= '' then
+  local value = redis.pcall('GET', KEYS[3])
+  if owned_by(value, ARGV[3]) then
+    local rest = string.match(value, '^%S+ %d+ (.*)$')
+    if rest then
+      redis.call('SET', KEYS[3], ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. rest, 'KEEPTTL')
+    end
+  end
+end
 local current = tonumber(redis.pcall('GET', KEYS[1])) or 0
 if current < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
@@ -343,6 +381,6 @@ if ARGV[2] ~= '' and string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') 
   end
 end
 return redis.status_reply('OK')
-"#,
-    )
+"#
+    ))
 });

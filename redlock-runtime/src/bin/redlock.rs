@@ -22,7 +22,11 @@ use clap::{Parser, Subcommand};
 use redlock_runtime::{LockClient, LockError, LockInfo};
 
 #[derive(Parser)]
-#[command(name = "redlock", version, about = "Inspect and free redlock locks in Redis")]
+#[command(
+    name = "redlock",
+    version,
+    about = "Inspect and free redlock locks in Redis"
+)]
 struct Cli {
     /// The Redis server(s): a URL, a comma-separated list (RedLock), `cluster:URL,…`
     /// or `sentinel:NAME:URL,…`.
@@ -79,7 +83,35 @@ impl From<LockError> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error)
+            if matches!(
+                error.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error)
+            if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            // `redlock` alone: the help, as a usage error.
+            let _ = error.print();
+            return ExitCode::from(2);
+        }
+        Err(error) => {
+            // One line, like every other error here; `--help` has the rest.
+            let text = error.to_string();
+            let first = text
+                .lines()
+                .find(|line| !line.trim().is_empty())
+                .unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            return fail(Failure(format!("{first} (see `redlock --help`)")));
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -106,6 +138,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     };
     if cli.timeout.is_zero() {
         return Err(Failure("--timeout must be above zero".into()));
+    }
+    if let Command::Unlock { key, force: false } = &cli.command {
+        return Err(Failure(format!(
+            "refusing to free `{key}` without --force: its holder keeps running until \
+             its next renewal and may still write; see `redlock inspect {key}` first"
+        )));
     }
     let host = gethostname::gethostname();
     let client = LockClient::builder_from_spec(&url)
@@ -149,35 +187,31 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 ExitCode::from(1)
             })
         }
-        Command::Unlock { key, force } => {
-            if !force {
-                return Err(Failure(format!(
-                    "refusing to free `{key}` without --force: its holder keeps running until \
-                     its next renewal and may still write; see `redlock inspect {key}` first"
-                )));
-            }
-            let before = client.inspect(&key).await?;
-            if !client.force_unlock(&key).await? {
-                written(writeln!(out, "{key} was free; nothing to do"))?;
-                return Ok(ExitCode::from(1));
-            }
-            match before {
-                Some(info) => written(writeln!(
+        Command::Unlock { key, .. } => match client.evict(&key).await? {
+            Some(evicted) => {
+                written(writeln!(
                     out,
                     "freed {key}: evicted {} (token {}, held for {})",
-                    info.holder(),
-                    info.fencing_token(),
-                    short(info.held_for())
-                ))?,
-                None => written(writeln!(out, "freed {key}"))?,
+                    evicted.holder(),
+                    evicted.fencing_token(),
+                    short(evicted.held_for())
+                ))?;
+                Ok(ExitCode::SUCCESS)
             }
-            Ok(ExitCode::SUCCESS)
-        }
+            None => {
+                written(writeln!(out, "{key} was free; nothing to do"))?;
+                Ok(ExitCode::from(1))
+            }
+        },
         Command::Watch { key, every } => {
             if every.is_zero() {
                 return Err(Failure("--every must be above zero".into()));
             }
-            written(writeln!(out, "watching {key} every {} (Ctrl-C to stop)", short(every)))?;
+            written(writeln!(
+                out,
+                "watching {key} every {} (Ctrl-C to stop)",
+                short(every)
+            ))?;
             drop(out);
             let started = tokio::time::Instant::now();
             let mut last: Option<Option<(String, u64, usize)>> = None;
@@ -190,9 +224,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     _ = tick.tick() => {}
                 }
                 let info = client.inspect(&key).await?;
-                let now = info
-                    .as_ref()
-                    .map(|info| (info.holder().to_owned(), info.fencing_token(), info.waiting()));
+                let now = info.as_ref().map(|info| {
+                    (
+                        info.holder().to_owned(),
+                        info.fencing_token(),
+                        info.waiting(),
+                    )
+                });
                 if last.as_ref() == Some(&now) {
                     continue;
                 }
@@ -229,7 +267,14 @@ fn to_json(info: &LockInfo) -> serde_json::Value {
 }
 
 fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> {
-    let header = ["KEY", "HOLDER", "HELD FOR", "TTL", "FENCING TOKEN", "WAITING"];
+    let header = [
+        "KEY",
+        "HOLDER",
+        "HELD FOR",
+        "TTL",
+        "FENCING TOKEN",
+        "WAITING",
+    ];
     let rows: Vec<[String; 6]> = locks
         .iter()
         .map(|info| {

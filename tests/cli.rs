@@ -33,38 +33,15 @@ const RUN_LIMIT: Duration = Duration::from_secs(20);
 fn binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        // This test runs as target/<profile>/deps/cli-<hash>.
-        let exe = std::env::current_exe().expect("test executable");
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>/deps")
-            .to_path_buf();
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "redlock-runtime",
-                "--features",
-                "cli",
-                "--bin",
-                "redlock",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env(
-                "CARGO_TARGET_DIR",
-                profile_dir.parent().expect("target dir"),
-            );
-        if profile_dir.ends_with("release") {
-            build.arg("--release");
-        }
-        let status = build
-            .status()
-            .expect("run cargo build for the redlock command");
-        assert!(status.success(), "building the redlock command failed");
-        profile_dir.join("redlock")
+        redlock_testkit::build::build_into_own_target(&[
+            "-p",
+            "redlock-runtime",
+            "--features",
+            "cli",
+            "--bin",
+            "redlock",
+        ])
+        .join("redlock")
     })
 }
 

@@ -15,34 +15,13 @@ use std::time::{Duration, Instant};
 fn examples_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // This test runs as target/<profile>/deps/examples-<hash>.
-        let exe = std::env::current_exe().expect("test executable");
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>/deps")
-            .to_path_buf();
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args([
-                "build",
-                "--quiet",
-                "--example",
-                "lottery",
-                "--example",
-                "orders",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env(
-                "CARGO_TARGET_DIR",
-                profile_dir.parent().expect("target dir"),
-            );
-        if profile_dir.ends_with("release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build for the examples");
-        assert!(status.success(), "building the examples failed");
-        profile_dir.join("examples")
+        redlock_testkit::build::build_into_own_target(&[
+            "--example",
+            "lottery",
+            "--example",
+            "orders",
+        ])
+        .join("examples")
     })
 }
 

@@ -389,6 +389,7 @@ pub fn redis_server_binary() -> Result<PathBuf, String> {
     Err("redis-server is not installed: run `sudo apt-get install -y redis-server`".into())
 }
 
+pub mod build;
 pub mod cluster;
 pub use cluster::RedisCluster;
 pub mod sentinel;

@@ -150,6 +150,13 @@ async fn run_on(server: &RedisServer, args: &[&str]) -> Run {
 
 /// The client whose locks the command is asked about, named as an operator would see it.
 async fn billing(server: &RedisServer) -> LockClient {
+    // Build the command first: on a clean checkout that takes longer than the leases
+    // the tests hold while they run it.
+    tokio::task::spawn_blocking(|| {
+        binary();
+    })
+    .await
+    .expect("the build did not panic");
     LockClient::builder(&server.url())
         .name(HOLDER)
         .connect()

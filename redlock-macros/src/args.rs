@@ -14,8 +14,15 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr};
 use crate::errors::Errors;
 
 /// Every argument the attribute accepts, in the order the docs list them.
-pub(crate) const ARGUMENTS: &[&str] =
-    &["key", "wait", "lease", "hold_at_least", "client", "on_lost"];
+pub(crate) const ARGUMENTS: &[&str] = &[
+    "key",
+    "wait",
+    "lease",
+    "hold_at_least",
+    "client",
+    "on_lost",
+    "on_busy",
+];
 
 /// The parsed, validated arguments.
 pub(crate) struct Args {
@@ -26,6 +33,8 @@ pub(crate) struct Args {
     pub hold_at_least: Option<WithSpan<Duration>>,
     pub client: Option<Expr>,
     pub abort_on_lost: bool,
+    /// `on_busy = "skip"`, with the literal's span.
+    pub skip_if_busy: Option<Span>,
 }
 
 /// A value with the span of the literal it came from.
@@ -91,6 +100,7 @@ pub(crate) struct ArgsParser<'e> {
     hold_at_least: Slot<WithSpan<Duration>>,
     client: Slot<Expr>,
     on_lost: Slot<WithSpan<bool>>,
+    on_busy: Slot<WithSpan<bool>>,
 }
 
 impl<'e> ArgsParser<'e> {
@@ -103,7 +113,14 @@ impl<'e> ArgsParser<'e> {
             hold_at_least: Slot::new("hold_at_least"),
             client: Slot::new("client"),
             on_lost: Slot::new("on_lost"),
+            on_busy: Slot::new("on_busy"),
         }
+    }
+
+    /// A key given without its name (already reported).
+    pub(crate) fn set_key(&mut self, key: LitStr) {
+        self.key.given = true;
+        self.key.set(key);
     }
 
     /// Parses one `name = value` pair.
@@ -143,6 +160,7 @@ impl<'e> ArgsParser<'e> {
             "hold_at_least" => self.hold_at_least.given(self.errors, &name),
             "client" => self.client.given(self.errors, &name),
             "on_lost" => self.on_lost.given(self.errors, &name),
+            "on_busy" => self.on_busy.given(self.errors, &name),
             _ => unreachable!("every name in ARGUMENTS is handled"),
         }
         if arg == "client" {
@@ -192,6 +210,18 @@ impl<'e> ArgsParser<'e> {
                     ),
                 )),
             },
+            "on_busy" => match lit.value().as_str() {
+                "skip" => self.on_busy.set(spanned(true, &lit)),
+                "error" => self.on_busy.set(spanned(false, &lit)),
+                other => self.errors.push(syn::Error::new(
+                    lit.span(),
+                    format_args!(
+                        "unknown `on_busy` value {other:?}: expected \"skip\" (return `Ok(None)` \
+                         without running the body when another holds the lock) or \"error\" \
+                         (return `LockError::Timeout`, the default)"
+                    ),
+                )),
+            },
             _ => unreachable!("every name in ARGUMENTS is handled"),
         }
         Ok(())
@@ -199,7 +229,13 @@ impl<'e> ArgsParser<'e> {
 
     fn duration(&mut self, arg: &str, lit: &LitStr) -> Option<WithSpan<Duration>> {
         match humantime::parse_duration(&lit.value()) {
-            Ok(value) => Some(spanned(value, lit)),
+            Ok(value) => match resolution_problem(arg, value) {
+                None => Some(spanned(value, lit)),
+                Some(problem) => {
+                    self.errors.push(syn::Error::new(lit.span(), problem));
+                    None
+                }
+            },
             Err(err) => {
                 self.errors.push(syn::Error::new(
                     lit.span(),
@@ -224,6 +260,7 @@ impl<'e> ArgsParser<'e> {
             hold_at_least,
             client,
             on_lost,
+            on_busy,
         } = self;
         if !key.is_given() {
             errors.push(syn::Error::new(
@@ -254,8 +291,41 @@ impl<'e> ArgsParser<'e> {
             hold_at_least,
             client: client.get(),
             abort_on_lost: on_lost.get().is_none_or(|on_lost| on_lost.value),
+            skip_if_busy: on_busy
+                .get()
+                .filter(|on_busy| on_busy.value)
+                .map(|on_busy| on_busy.span),
         }
     }
+}
+
+/// Redis counts leases in whole milliseconds: a duration it would round (or refuse at
+/// run time) is refused here. A zero `wait` (one attempt) is fine; a zero lease is
+/// refused where `lease` is checked.
+fn resolution_problem(arg: &str, value: Duration) -> Option<String> {
+    let sub_millisecond = value.subsec_nanos() % 1_000_000;
+    if value.is_zero() || sub_millisecond == 0 {
+        return None;
+    }
+    let shown = humantime::format_duration(value);
+    Some(if value < Duration::from_millis(1) {
+        format!(
+            "`{arg}` of {shown} is below Redis's 1 ms resolution: use at least \"1ms\"{}",
+            if arg == "wait" {
+                " (or \"0s\" for a single attempt)"
+            } else {
+                ""
+            }
+        )
+    } else {
+        let whole = Duration::from_millis(value.as_millis() as u64);
+        format!(
+            "`{arg}` of {shown} is not a whole number of milliseconds, Redis's resolution: \
+             write \"{}\" or \"{}\"",
+            humantime::format_duration(whole),
+            humantime::format_duration(whole + Duration::from_millis(1))
+        )
+    })
 }
 
 fn spanned<T>(value: T, lit: &LitStr) -> WithSpan<T> {
@@ -298,6 +368,7 @@ fn example(arg: &str) -> &'static str {
         "hold_at_least" => "`hold_at_least = \"250ms\"`",
         "client" => "`client = self.locks`",
         "on_lost" => "`on_lost = \"continue\"`",
+        "on_busy" => "`on_busy = \"skip\"`",
         _ => "`key = \"order:<id>\"`",
     }
 }

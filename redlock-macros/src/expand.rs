@@ -29,7 +29,11 @@ use crate::key::{self, Field, Part, Placeholder};
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
 
+    let (positional_key, args) = positional_key(args, &mut errors);
     let mut parser = ArgsParser::new(&mut errors);
+    if let Some(key) = positional_key {
+        parser.set_key(key);
+    }
     let parsed = syn::meta::parser(|meta| parser.parse(meta)).parse2(args);
     let args = match parsed {
         Ok(()) => Some(parser.finish()),
@@ -67,6 +71,30 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
     }
 }
 
+/// `#[distributed_lock("order:<id>")]`: a key without its name. Reported with the fix,
+/// and taken as the key so that nothing else complains about a missing one.
+fn positional_key(args: TokenStream, errors: &mut Errors) -> (Option<LitStr>, TokenStream) {
+    let mut tokens = args.clone().into_iter().peekable();
+    let Some(proc_macro2::TokenTree::Literal(literal)) = tokens.peek().cloned() else {
+        return (None, args);
+    };
+    let Ok(lit) = syn::parse2::<LitStr>(literal.into_token_stream()) else {
+        return (None, args);
+    };
+    tokens.next();
+    errors.push(syn::Error::new(
+        lit.span(),
+        format_args!(
+            "the key needs its name: write `key = {}`",
+            lit.to_token_stream()
+        ),
+    ));
+    if matches!(tokens.peek(), Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == ',') {
+        tokens.next();
+    }
+    (Some(lit), tokens.collect())
+}
+
 /// The user's function untouched, plus every error.
 fn with_errors(item: TokenStream, errors: Errors) -> TokenStream {
     let mut tokens = errors.into_compile_errors();
@@ -91,16 +119,10 @@ fn check_signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Ty
         errors.push(syn::Error::new(sig.fn_token.span, message));
     }
     match return_type {
-        Some(ty) if last_segment_is(ty, "Result") => Some(ty),
-        Some(ty) if sig.asyncness.is_some() || !last_segment_is(ty, "Pin") => {
-            errors.push(syn::Error::new_spanned(
-                ty,
-                "#[distributed_lock] functions must return a `Result<T, E>` whose error type \
-                 implements `From<redlock_runtime::LockError>`, so a failure to lock can be \
-                 returned: change the return type to e.g. `Result<T, LockError>`",
-            ));
-            None
-        }
+        // Whether it is a `Result` whose error converts from `LockError` is the type
+        // system's call (an alias under any name is fine): see `LockedResult` in the
+        // runtime, named in the expansion on this type's span.
+        Some(ty) if sig.asyncness.is_some() || !last_segment_is(ty, "Pin") => Some(ty),
         Some(_) => None,
         None => {
             errors.push(syn::Error::new(
@@ -280,10 +302,11 @@ fn resolve(
             });
         }
     };
+    let field_span = span;
     let fields = placeholder.fields.iter().map(|field| match field {
         Field::Named(name) => match name.strip_prefix("r#") {
-            Some(raw) => Ident::new_raw(raw, span).into_token_stream(),
-            None => Ident::new(name, span).into_token_stream(),
+            Some(raw) => Ident::new_raw(raw, field_span).into_token_stream(),
+            None => Ident::new(name, field_span).into_token_stream(),
         },
         Field::Index(index) => syn::Index {
             index: *index,
@@ -308,6 +331,23 @@ fn optional_duration(d: Option<&WithSpan<Duration>>) -> TokenStream {
         }
         None => quote!(::redlock_runtime::__private::Option::None),
     }
+}
+
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = proc_macro2::TokenTree::Group(inner);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
 }
 
 /// The return type as a turbofish argument: `impl Trait` (not allowed there) becomes `_`.
@@ -358,7 +398,11 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
 
     let client = match &args.client {
         Some(expr) => quote_spanned! {expr.span()=>
-            ::redlock_runtime::__private::Option::Some(::redlock_runtime::__private::client_from(&(#expr)))
+            ::redlock_runtime::__private::Option::Some(
+                ::redlock_runtime::__private::Clone::clone(
+                    ::redlock_runtime::AsLockClient::as_lock_client(&(#expr))
+                )
+            )
         },
         None => quote!(::redlock_runtime::__private::Option::None),
     };
@@ -368,19 +412,61 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
     let abort_on_lost = args.abort_on_lost;
     let body_type = body_type(return_type);
 
-    // Spanned on the return type: an error type without `From<LockError>` is reported there.
-    let run = quote_spanned! {return_type.span()=>
-        ::redlock_runtime::__private::run_locked(
-            #client_var,
-            #key_var,
-            ::redlock_runtime::__private::LockSpec {
-                wait: #wait,
-                lease: #lease,
-                hold_at_least: #hold_at_least,
-                abort_on_lost: #abort_on_lost,
-            },
-            #body_var,
-        ).await
+    // Every conversion is named through a trait on the return type's span: a return
+    // type that is no `Result`, an error type without `From<LockError>`, or a
+    // `skip` without `Option` is reported there, with the trait's message.
+    let ty_span = return_type.span();
+    // One span for every mention of the type, so that rustc reports one error, not one
+    // per mention (a type's own span covers it whole, a path's only its first token).
+    let body_type = respan(body_type.into_token_stream(), ty_span);
+    // With `impl Trait` in the return type the type cannot be named here (it holds
+    // `_`): let inference pick the same conversions instead.
+    let inferred = body_type.to_string().contains('_');
+    let into_result = if inferred {
+        quote_spanned!(ty_span=> ::redlock_runtime::LockedResult::into_result)
+    } else {
+        quote_spanned!(ty_span=> <#body_type as ::redlock_runtime::LockedResult>::into_result)
+    };
+    let from_lock_error = if inferred {
+        quote_spanned!(ty_span=> ::redlock_runtime::FromLockError::from_lock_error)
+    } else {
+        quote_spanned! {ty_span=>
+            <<#body_type as ::redlock_runtime::LockedResult>::Error
+                as ::redlock_runtime::FromLockError>::from_lock_error
+        }
+    };
+    let from_result = if inferred {
+        quote_spanned!(ty_span=> ::redlock_runtime::LockedResult::from_result)
+    } else {
+        quote_spanned!(ty_span=> <#body_type as ::redlock_runtime::LockedResult>::from_result)
+    };
+    let skipped = match args.skip_if_busy {
+        Some(_) => quote_spanned! {ty_span=>
+            ::redlock_runtime::__private::Option::Some(
+                <#body_type as ::redlock_runtime::SkippableResult>::skipped
+            )
+        },
+        None => quote!(::redlock_runtime::__private::Option::None),
+    };
+    let run = quote_spanned! {ty_span=>
+        #from_result(
+            ::redlock_runtime::__private::run_locked(
+                #client_var,
+                #key_var,
+                ::redlock_runtime::__private::LockSpec {
+                    wait: #wait,
+                    lease: #lease,
+                    hold_at_least: #hold_at_least,
+                    abort_on_lost: #abort_on_lost,
+                },
+                #body_var,
+                ::redlock_runtime::__private::Conversions {
+                    into_result: #into_result,
+                    from_lock_error: #from_lock_error,
+                    skipped: #skipped,
+                },
+            ).await
+        )
     };
 
     quote! {

@@ -40,10 +40,11 @@ use proc_macro::TokenStream;
 /// | Argument | Value | Default | Meaning |
 /// |---|---|---|---|
 /// | `key` | string template, **required** | — | The lock's Redis key. `<name>` is replaced by the parameter `name` (`self` included), `<name.field.0>` by a field of one, each formatted with `Display`. `<<` and `>>` write a literal `<` and `>`; everything else is literal, so `"order:{<id>}"` keeps `{…}` as a Redis Cluster hash tag. |
-/// | `wait` | duration string | `"0s"` | How long to wait for the lock; `"0s"` makes one attempt. On timeout the body does not run and the function returns the `LockError`. |
-/// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. Must be longer than zero. |
+/// | `wait` | duration string | `"0s"` | How long to wait for the lock; `"0s"` makes one attempt. On timeout the body does not run and the function returns the `LockError` (`is_busy()`), or `Ok(None)` with `on_busy = "skip"`. Whole milliseconds. |
+/// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. At least 1 ms, whole milliseconds (Redis's resolution). |
 /// | `hold_at_least` | duration string | none | Keeps the lock at least this long even if the body finishes sooner (e.g. to rate-limit a job). Must not exceed `lease` when both are given. |
-/// | `client` | expression | default client | The `LockClient` to use: a `LockClient`, `&LockClient` or `Arc<LockClient>`, e.g. `client = self.locks` or `client = &*LOCKS`. Omitted: the client set with `redlock_runtime::set_default_client`, or else one connected once to `REDLOCK_URL` (default `redis://127.0.0.1:6379/`). |
+/// | `client` | expression | default client | The `LockClient` to use: a `LockClient`, a reference to one (`&LockClient`, `&&LockClient`), or an `Arc`/`Box` of one (`&Arc<LockClient>` too), e.g. `client = self.locks` or `client = &*LOCKS`. Omitted: the client set with `redlock_runtime::set_default_client`, or else one connected once to `REDLOCK_URL` (default `redis://127.0.0.1:6379/`). |
+/// | `on_busy` | `"error"` or `"skip"` | `"error"` | When another holds the lock for the whole `wait`: `"error"` returns `LockError::Timeout`; `"skip"` returns `Ok(None)` without running the body, for functions returning `Result<Option<T>, E>` — a scheduled job that another instance runs (as ShedLock skips). Redis being unavailable is an error either way (`is_unavailable()`). |
 /// | `on_lost` | `"abort"` or `"continue"` | `"abort"` | What happens when the lock is lost while the body runs (lease expired, key deleted): `"abort"` stops the body at its next `.await` and returns the `LockError`; `"continue"` lets it finish. A body that ran to its end always returns its own result (see below). |
 ///
 /// Durations use [humantime]'s grammar: `"250ms"`, `"3s"`, `"1m30s"`, `"2h"`. They are
@@ -121,8 +122,15 @@ use proc_macro::TokenStream;
 /// arguments, a placeholder that names no parameter (the message lists the parameters),
 /// `<>`, an unclosed `<`, invalid or zero durations, `hold_at_least` longer than
 /// `lease`, an `on_lost` other than `"abort"`/`"continue"`, a fn that is not `async`, and
-/// a return type that is not a `Result` (any path ending in `Result`, such as
-/// `io::Result<T>` or `anyhow::Result<T>`, is accepted).
+/// a key given without `key =`. The type system decides the rest, with messages that say
+/// what to change: a return type that is not a `Result` (any alias of one is fine:
+/// `AppResult<T>`, `io::Result<T>`, `anyhow::Result<T>`), an error type without
+/// `From<LockError>` (named, with the `impl` to add), a `client` that is not a
+/// `LockClient` (with how to make one), and `on_busy = "skip"` without
+/// `Result<Option<T>, E>`.
+///
+/// A placeholder that formats to an empty string is not refused: `"user:<name>"` with
+/// `name == ""` locks the key `user:`, shared by every empty name.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

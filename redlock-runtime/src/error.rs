@@ -98,6 +98,35 @@ impl LockError {
         matches!(self, LockError::Lost { .. })
     }
 
+    /// Someone else held the lock for the whole wait ([`LockError::Timeout`]): the
+    /// normal case for a scheduled job that another instance runs, not a failure.
+    ///
+    /// ```
+    /// # fn handle(error: redlock_runtime::LockError) {
+    /// if error.is_busy() {
+    ///     tracing::debug!(%error, "another instance runs it; skipping");
+    /// } else if error.is_unavailable() {
+    ///     tracing::warn!(%error, "Redis is unavailable; retrying later");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_busy(&self) -> bool {
+        self.is_timeout()
+    }
+
+    /// Redis could not be used: unreachable, no answer in time, an error reply, too
+    /// few RedLock masters or replicas answering, or a default client that could not
+    /// connect. Worth retrying later; not a mistake in the call.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            LockError::Redis { .. }
+                | LockError::Connect { .. }
+                | LockError::NoQuorum { .. }
+                | LockError::NotReplicated { .. }
+        )
+    }
+
     pub(crate) fn redis(key: &str, source: redis::RedisError) -> Self {
         LockError::Redis {
             key: key.to_owned(),

@@ -9,7 +9,6 @@
 //! The scope covers the holder's call tree: futures the body awaits or joins (`join!`,
 //! `select!`) run under it; tasks it spawns do not, and wait for the lock like anyone.
 
-use std::borrow::Borrow;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -118,12 +117,21 @@ async fn default_client_for(key: &str) -> Result<LockClient, LockError> {
     {
         return Ok(client);
     }
-    let client = LockClient::from_env()
-        .await
-        .map_err(|error| LockError::NoDefaultClient {
+    let client = LockClient::from_env().await.map_err(|error| match error {
+        // Redis is down, not misconfigured: say so (`is_unavailable`), naming the key.
+        LockError::Connect { url, source } => LockError::Redis {
+            key: key.to_owned(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the default client (REDLOCK_URL) cannot connect",
+                format!("{url}: {source}"),
+            )),
+        },
+        error => LockError::NoDefaultClient {
             key: key.to_owned(),
             reason: format!("set_default_client was not called and REDLOCK_URL failed: {error}"),
-        })?;
+        },
+    })?;
     set_default_client(client.clone());
     Ok(client)
 }
@@ -137,9 +145,114 @@ pub struct LockSpec {
     pub abort_on_lost: bool,
 }
 
-/// `client = <expr>`: a `LockClient`, a reference to one, an `Arc` of one.
-pub fn client_from<C: Borrow<LockClient> + ?Sized>(client: &C) -> LockClient {
-    client.borrow().clone()
+/// What `client = …` of `#[distributed_lock]` takes: a [`LockClient`], a reference to
+/// one (however many `&`), or an `Arc` or `Box` of one.
+#[diagnostic::on_unimplemented(
+    message = "`client = …` needs a `LockClient`, not `{Self}`",
+    label = "not a `LockClient`",
+    note = "`client =` takes a `LockClient`, a reference to one, or an `Arc` of one",
+    note = "a `redis::Client` becomes one with `LockClient::from_redis(client).await?`; a URL with `LockClient::connect(url).await?`"
+)]
+pub trait AsLockClient {
+    /// The client.
+    fn as_lock_client(&self) -> &LockClient;
+}
+
+#[diagnostic::do_not_recommend]
+impl AsLockClient for LockClient {
+    fn as_lock_client(&self) -> &LockClient {
+        self
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl AsLockClient for Arc<LockClient> {
+    fn as_lock_client(&self) -> &LockClient {
+        self
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl AsLockClient for Box<LockClient> {
+    fn as_lock_client(&self) -> &LockClient {
+        self
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<C: AsLockClient + ?Sized> AsLockClient for &C {
+    fn as_lock_client(&self) -> &LockClient {
+        (**self).as_lock_client()
+    }
+}
+
+/// What a `#[distributed_lock]` function returns: a `Result` (under any name: an alias
+/// such as `AppResult<T>` or `anyhow::Result<T>` is the same type), so that a failure to
+/// lock can be returned.
+#[diagnostic::on_unimplemented(
+    message = "a `#[distributed_lock]` function must return a `Result<T, E>` whose error type implements `From<LockError>`, not `{Self}`",
+    label = "not a `Result`",
+    note = "a failure to lock is returned as the error: return e.g. `Result<T, redlock_runtime::LockError>`, or `Result<T, E>` with `impl From<LockError> for E`"
+)]
+pub trait LockedResult: Sized {
+    /// The success type.
+    type Value;
+    /// The error type.
+    type Error;
+    /// As a plain `Result`.
+    fn into_result(self) -> Result<Self::Value, Self::Error>;
+    /// From a plain `Result`.
+    fn from_result(result: Result<Self::Value, Self::Error>) -> Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T, E> LockedResult for Result<T, E> {
+    type Value = T;
+    type Error = E;
+    fn into_result(self) -> Self {
+        self
+    }
+    fn from_result(result: Self) -> Self {
+        result
+    }
+}
+
+/// The error type of a `#[distributed_lock]` function: it must carry a [`LockError`]
+/// (`From<LockError>`), returned when the lock cannot be taken.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry a `LockError`, which a `#[distributed_lock]` function returns when it cannot lock",
+    label = "the error type of this `Result` needs `From<LockError>`",
+    note = "add `impl From<redlock_runtime::LockError> for {Self}`, or with thiserror a variant `#[error(transparent)] Lock(#[from] redlock_runtime::LockError)`"
+)]
+pub trait FromLockError {
+    /// The error for a lock that could not be taken.
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl<E: From<LockError>> FromLockError for E {
+    fn from_lock_error(error: LockError) -> Self {
+        E::from(error)
+    }
+}
+
+/// What `on_busy = "skip"` needs: a function returning `Result<Option<T>, E>`, which
+/// returns `Ok(None)` without running its body when another holds the lock.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs a function returning `Result<Option<T>, E>`, not `{Self}`",
+    label = "make this `Result<Option<T>, E>`: a skipped call returns `Ok(None)`",
+    note = "or drop `on_busy = \"skip\"` to get `Err(LockError::Timeout)` when the lock is busy"
+)]
+pub trait SkippableResult {
+    /// `Ok(None)`.
+    fn skipped() -> Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T, E> SkippableResult for Result<Option<T>, E> {
+    fn skipped() -> Self {
+        Ok(None)
+    }
 }
 
 /// Fixes an async block's output type, so that `?` and `return` in the body convert
@@ -148,26 +261,42 @@ pub fn typed_body<R, F: Future<Output = R>>(body: F) -> F {
     body
 }
 
+/// How the expansion converts the function's return type `R`: plain functions the
+/// expansion names through the traits above, so that a wrong type is reported on the
+/// user's code, with the traits' messages, not inside this function.
+#[allow(missing_debug_implementations)]
+pub struct Conversions<R, T, E> {
+    pub into_result: fn(R) -> Result<T, E>,
+    pub from_lock_error: fn(LockError) -> E,
+    /// `on_busy = "skip"`: the value to return when the lock is busy.
+    pub skipped: Option<fn() -> R>,
+}
+
 /// Runs `body` under the lock `key`: acquires (or re-enters), runs, releases.
-pub async fn run_locked<T, E, F>(
+pub async fn run_locked<R, T, E, F>(
     client: Option<LockClient>,
     key: String,
     spec: LockSpec,
     body: F,
+    conversions: Conversions<R, T, E>,
 ) -> Result<T, E>
 where
-    F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    F: Future<Output = R>,
 {
+    let Conversions {
+        into_result,
+        from_lock_error,
+        skipped,
+    } = conversions;
     let client = match client {
         Some(client) => client,
-        None => default_client_for(&key).await?,
+        None => default_client_for(&key).await.map_err(from_lock_error)?,
     };
     let outer = HELD.try_with(Arc::clone).ok();
     let mut enclosing = outer.as_deref();
     while let Some(held) = enclosing {
         if held.client_id == client.id() && held.key == key {
-            return body.await;
+            return into_result(body.await);
         }
         enclosing = held.outer.as_deref();
     }
@@ -179,7 +308,15 @@ where
     if let Some(hold) = spec.hold_at_least {
         request = request.hold_at_least(hold);
     }
-    let guard = request.acquire().await?;
+    let guard = match (request.acquire().await, skipped) {
+        (Ok(guard), _) => guard,
+        (Err(error), Some(skipped)) if error.is_busy() => {
+            // A scheduled job another instance runs: the normal case, not a failure.
+            tracing::debug!(%error, "redlock: busy; the call is skipped (on_busy = \"skip\")");
+            return into_result(skipped());
+        }
+        (Err(error), _) => return Err(from_lock_error(error)),
+    };
     let held = Arc::new(EnclosingLock {
         client_id: client.id(),
         key,
@@ -191,16 +328,16 @@ where
     let result = if spec.abort_on_lost {
         tokio::select! {
             biased;
-            result = body => result,
+            result = body => into_result(result),
             () = guard.lost() => {
                 tracing::warn!(key = %guard.key(), "redlock: lock lost; the body was stopped at its await point");
                 let key = guard.key().to_owned();
                 drop(guard);
-                return Err(LockError::Lost { key }.into());
+                return Err(from_lock_error(LockError::Lost { key }));
             }
         }
     } else {
-        body.await
+        into_result(body.await)
     };
     // The body ran to its end: its result stands, whatever the release finds. A
     // caller must be able to tell that the work was done (a charge made, a draw held):

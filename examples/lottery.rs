@@ -126,27 +126,34 @@ impl From<redis::RedisError> for LotteryError {
     }
 }
 
-/// The scheduled job. `wait = "0s"`: a worker that finds the round taken skips it.
-/// `hold_at_least = "3s"`: the lock outlives the (short) draw, so a worker that fires a
-/// little late still finds it taken.
+/// The scheduled job. `wait = "0s"` and `on_busy = "skip"`: a worker that finds the
+/// round taken skips it quietly (`Ok(None)`, the body does not run) — the normal case
+/// for every worker but one, not an error. `hold_at_least = "3s"`: the lock outlives
+/// the (short) draw, so a worker that fires a little late still finds it taken.
 #[distributed_lock(
     key = "lottery:<draw.date>",
     wait = "0s",
     lease = "30s",
-    hold_at_least = "3s"
+    hold_at_least = "3s",
+    on_busy = "skip"
 )]
-async fn draw_winners(draw: &Draw, store: &Store) -> Result<Vec<UserId>, LotteryError> {
-    draw_and_record(draw, store).await
+async fn draw_winners(draw: &Draw, store: &Store) -> Result<Option<Vec<UserId>>, LotteryError> {
+    draw_and_record(draw, store).await.map(Some)
 }
 
 /// The same job without `hold_at_least` (`--without-hold-at-least`): the lock is gone
 /// as soon as the draw is done.
-#[distributed_lock(key = "lottery:<draw.date>", wait = "0s", lease = "30s")]
+#[distributed_lock(
+    key = "lottery:<draw.date>",
+    wait = "0s",
+    lease = "30s",
+    on_busy = "skip"
+)]
 async fn draw_winners_without_hold(
     draw: &Draw,
     store: &Store,
-) -> Result<Vec<UserId>, LotteryError> {
-    draw_and_record(draw, store).await
+) -> Result<Option<Vec<UserId>>, LotteryError> {
+    draw_and_record(draw, store).await.map(Some)
 }
 
 /// The body of the job: picks the winners and records them with the fencing token.
@@ -246,7 +253,7 @@ async fn worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> 
             draw.round, draw.date
         );
         match outcome {
-            Ok(winners) => {
+            Ok(Some(winners)) => {
                 let token = *store.last_token.lock().unwrap_or_else(|e| e.into_inner());
                 let winners: Vec<String> = winners.iter().map(ToString::to_string).collect();
                 println!(
@@ -254,7 +261,7 @@ async fn worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> 
                     winners.join(",")
                 );
             }
-            Err(LotteryError::Lock(error)) if error.is_timeout() => {
+            Ok(None) => {
                 // Who has it? The winner records the draw within a moment of locking.
                 let taken_by = wait_for_record(&store, &draw.date).await?;
                 println!(

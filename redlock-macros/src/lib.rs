@@ -114,7 +114,35 @@ use proc_macro::TokenStream;
 /// call through another `LockClient` is a different owner and waits like any other.
 ///
 /// With `hold_at_least = "…"` the builder also gets `.hold_at_least(d)`; with
-/// `on_lost = "continue"` the body is simply awaited without watching `guard.lost()`.
+/// `on_lost = "continue"` the body is simply awaited without watching `guard.lost()`;
+/// with `on_busy = "skip"` the acquire's `Err(e) if e.is_busy()` becomes `return Ok(None)`
+/// before the body.
+///
+/// # With `#[tracing::instrument]`
+///
+/// Attributes apply from the top down, so the order decides what the span covers:
+///
+/// ```no_run
+/// # use redlock_runtime::{distributed_lock, LockError};
+/// // Above: the span covers the acquisition too, and `err` logs lock errors
+/// // (a busy lock included; use `on_busy = "skip"` for scheduled jobs, so that a
+/// // skipped run is `Ok(None)`, not an ERROR line on every other instance).
+/// #[tracing::instrument(err)]
+/// #[distributed_lock(key = "report:<day>", on_busy = "skip")]
+/// async fn nightly_report(day: u32) -> Result<Option<()>, LockError> {
+/// #   let _ = day;
+///     Ok(Some(()))
+/// }
+///
+/// // Below: the span starts inside the lock, around the body only; it never sees
+/// // the lock's errors. Use it to time the protected work alone.
+/// #[distributed_lock(key = "order:<id>", wait = "3s")]
+/// #[tracing::instrument]
+/// async fn pay_order(id: u64) -> Result<(), LockError> {
+/// #   let _ = id;
+///     Ok(())
+/// }
+/// ```
 ///
 /// # Compile-time checks
 ///

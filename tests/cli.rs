@@ -353,8 +353,9 @@ async fn inspect_shows_the_holder_or_says_the_key_is_free() {
 
     let free = run_on(&server, &["inspect", "order:43"]).await;
     assert_eq!(free.code, Some(1), "{free:?}");
-    assert_eq!(free.stdout.trim(), "order:43 is free", "{free:?}");
-    assert_eq!(free.stderr, "", "{free:?}");
+    // "No such key" is an error line on stderr, like every other.
+    assert_eq!(free.stdout, "", "{free:?}");
+    assert_eq!(free.stderr.trim(), "redlock: order:43 is free", "{free:?}");
 
     let json = run_on(&server, &["inspect", "order:42", "--json"]).await;
     assert_eq!(json.code, Some(0), "{json:?}");
@@ -411,8 +412,11 @@ async fn unlock_refuses_without_force_and_evicts_the_holder_with_it() {
 
     let free = run_on(&server, &["unlock", "order:42", "--force"]).await;
     assert_eq!(free.code, Some(1), "{free:?}");
-    assert!(free.stdout.contains("free"), "{free:?}");
-    assert_eq!(free.stderr, "", "{free:?}");
+    assert_eq!(free.stdout, "", "{free:?}");
+    assert!(
+        free.stderr.starts_with("redlock: order:42 was free"),
+        "{free:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -478,6 +482,9 @@ async fn errors_are_one_line_on_stderr_without_a_backtrace() {
     let usage = run(&["list", "--bogus"], &[]).await;
     let message = assert_one_line_error(&usage);
     assert!(message.contains("--bogus"), "{message}");
+    let missing = run(&["unlock"], &[]).await;
+    let message = assert_one_line_error(&missing);
+    assert!(message.contains("<KEY>"), "{message}");
     let unforced = run(&["--url", "redis://127.0.0.1:1/", "unlock", "k"], &[]).await;
     let message = assert_one_line_error(&unforced);
     assert!(message.contains("--force"), "{message}");

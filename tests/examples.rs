@@ -20,6 +20,8 @@ fn examples_dir() -> &'static PathBuf {
             "lottery",
             "--example",
             "orders",
+            "--example",
+            "metrics",
         ])
         .join("examples")
     })
@@ -176,4 +178,32 @@ fn orders_without_the_lock_double_charge() {
     assert!(run.success, "{}", run.stdout);
     assert!(run.stdout.contains(" times ✗"), "{}", run.stdout);
     assert!(run.stdout.contains("double charges"), "{}", run.stdout);
+}
+
+#[test]
+fn metrics_are_scraped_from_the_prometheus_exporter() {
+    let run = run_example("metrics", &[], Duration::from_secs(60));
+    assert!(run.success, "metrics failed:\n{}{}", run.stdout, run.stderr);
+    for line in [
+        "# TYPE redlock_acquire_seconds histogram",
+        // The attribute's three orders: one series, labelled with the key's template.
+        r#"redlock_acquire_seconds_count{lock="order:<id>",outcome="acquired"} 3"#,
+        r#"redlock_hold_seconds_count{lock="order:<id>"} 3"#,
+        r#"redlock_acquire_seconds_count{lock="export",outcome="timeout"} 1"#,
+        r#"redlock_lost_total{lock="invoice",cause="forced"} 1"#,
+        r#"redlock_waiting{lock="report"} 0"#,
+    ] {
+        assert!(
+            run.stdout.lines().any(|got| got == line),
+            "no line {line:?} in:\n{}",
+            run.stdout
+        );
+    }
+    assert!(
+        run.stdout
+            .contains(r#"redlock_renewals_total{lock="export"} "#),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("order:1"), "an id in a label");
 }

@@ -49,8 +49,8 @@ impl CycleCommands {
         warm.retain(|c| !c.from_script);
         // One cycle sends the acquire script (5 keys: the lock, the fence counter, the
         // key's two waitlist keys and, on one server, the lock again in place of
-        // RedLock's restart marker) and the release script (3 keys: the lock and the
-        // waitlist keys). redis-benchmark replays them as sent, on a random lock
+        // RedLock's restart marker) and the release script (4 keys: the lock, the
+        // waitlist keys and the key's force-unlock marker). redis-benchmark replays them as sent, on a random lock
         // key and with a fixed owner (so that some of its releases find their own lock).
         let replay = |keys: &str| -> Vec<String> {
             let sent = warm
@@ -74,7 +74,7 @@ impl CycleCommands {
         };
         CycleCommands {
             acquire: replay("5"),
-            release: replay("3"),
+            release: replay("4"),
             rslock_unlock_sha,
         }
     }

@@ -5,7 +5,7 @@
 //!     let __key = format!("order:{}", id);            // before the body moves `id`
 //!     let __client = Some(client_from(&(self.locks)));  // or None: the default client
 //!     let __body = typed_body::<#body_type, _>(async move #body);
-//!     run_locked(__client, __key, LockSpec { .. }, __body).await
+//!     run_locked(__client, __key, LockSpec { .., label: "order:<id>" }, __body).await
 //! }
 //! ```
 //!
@@ -410,6 +410,12 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
     let lease = optional_duration(args.lease.as_ref());
     let hold_at_least = optional_duration(args.hold_at_least.as_ref());
     let abort_on_lost = args.abort_on_lost;
+    // The metrics' `lock` label: the key's template as written, never a key with its
+    // values filled in, so that a function's locks are one time series, not one per id.
+    let label = LitStr::new(
+        &args.key.as_ref().map(LitStr::value).unwrap_or_default(),
+        Span::call_site(),
+    );
     let body_type = body_type(return_type);
 
     // Every conversion is named through a trait on the return type's span: a return
@@ -458,6 +464,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
                     lease: #lease,
                     hold_at_least: #hold_at_least,
                     abort_on_lost: #abort_on_lost,
+                    label: #label,
                 },
                 #body_var,
                 ::redlock_runtime::__private::Conversions {

@@ -15,7 +15,9 @@ use crate::masters::Masters;
 use crate::node::Node;
 use crate::operate::{self, LockInfo};
 
-/// A client of distributed locks on one Redis server.
+/// A client of distributed locks on Redis: one server, RedLock over independent
+/// masters, a Redis Cluster, or the primary Sentinel names (see the constructors and
+/// [`LockClient::from_env`]).
 ///
 /// Cheap to clone (an `Arc`); every clone shares one connection, one watchdog and one
 /// line of waiting tasks (turn) per key. The connection reconnects by itself after a drop.
@@ -63,14 +65,26 @@ impl LockClient {
                 .map(str::to_owned)
                 .collect::<Vec<_>>()
         };
-        if let Some(seeds) = spec.strip_prefix("cluster:") {
-            return Self::builder_for(urls(seeds)).cluster();
-        }
-        if let Some(rest) = spec.strip_prefix("sentinel:") {
+        let mut builder = if let Some(seeds) = spec.strip_prefix("cluster:") {
+            Self::builder_for(urls(seeds)).cluster()
+        } else if let Some(rest) = spec.strip_prefix("sentinel:") {
             let (service, sentinels) = rest.split_once(':').unwrap_or((rest, ""));
-            return Self::builder_for(urls(sentinels)).sentinel(service);
+            let mut builder = Self::builder_for(urls(sentinels)).sentinel(service);
+            if service.is_empty() || sentinels.starts_with("//") {
+                // `sentinel:redis://h/`: the service name is missing, `redis` was taken for it.
+                builder.spec_problem = Some(format!(
+                    "`{}` names no Sentinel service: write `sentinel:NAME:redis://host:26379/`",
+                    redact(spec)
+                ));
+            }
+            builder
+        } else {
+            Self::builder_for(urls(spec))
+        };
+        if builder.targets.is_empty() && builder.spec_problem.is_none() {
+            builder.spec_problem = Some(format!("`{}` names no Redis server", redact(spec)));
         }
-        Self::builder_for(urls(spec))
+        builder
     }
 
     /// The primary that Redis Sentinel names for `service`, followed across failovers.
@@ -103,6 +117,7 @@ impl LockClient {
             targets: vec![Target::Info(Box::new(client.get_connection_info().clone()))],
             config: ClientConfig::default(),
             topology: Topology::Masters,
+            spec_problem: None,
         }
         .connect()
         .await
@@ -126,6 +141,7 @@ impl LockClient {
                 .collect(),
             config: ClientConfig::default(),
             topology: Topology::Masters,
+            spec_problem: None,
         }
     }
 
@@ -156,7 +172,9 @@ impl LockClient {
     /// waiter that is taking it at this moment.
     ///
     /// With RedLock: the holder a majority of masters agree on (its shortest ttl, its
-    /// largest token), with `waiting` 0 (RedLock keeps no waitlist).
+    /// token the acquire gave it), with `waiting` 0 (RedLock keeps no waitlist). A lock
+    /// taken by an older version of redlock (whose value names no client) shows the
+    /// holder `(unknown: taken by an older redlock)` and token 0.
     ///
     /// ```no_run
     /// # async fn run(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
@@ -178,6 +196,16 @@ impl LockClient {
     /// server keeps serving — on every primary of a Cluster; redlock's own keys
     /// (counters, waitlists) and application keys that are not locks are left out.
     /// A lock taken or freed during the walk may or may not be listed.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+    /// for info in client.locks("order:*").await? {
+    ///     if info.held_for() > std::time::Duration::from_secs(600) {
+    ///         println!("{} held by {} for {:?}", info.key(), info.holder(), info.held_for());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
         operate::locks(&self.inner, pattern).await
     }
@@ -191,6 +219,20 @@ impl LockClient {
     /// renewal (within `renew_every` in watchdog mode), `extend` or release, and that
     /// release returns [`LockError::Lost`]. Its fencing token stays below the next
     /// holder's, so a resource that checks tokens refuses its late writes.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_runtime::LockError> {
+    /// use redlock_runtime::LockClient;
+    /// let operator = LockClient::builder("redis://127.0.0.1:6379/")
+    ///     .name("oncall-ops")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(operator.name(), "oncall-ops");
+    /// if !operator.force_unlock("order:42").await? {
+    ///     println!("order:42 was free");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         Ok(self.evict(key).await?.is_some())
     }
@@ -232,6 +274,31 @@ impl LockClient {
     }
 }
 
+/// `rediss://` needs the `tls` feature: say so, rather than fail somewhere deeper.
+fn check_tls_support(url: &str, shown: &str) -> Result<(), LockError> {
+    let tls = url
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("rediss://");
+    if tls && !cfg!(feature = "tls") {
+        return Err(LockError::Connect {
+            url: shown.to_owned(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a rediss:// (TLS) URL needs redlock-runtime's `tls` feature",
+                "add `features = [\"tls\"]` to the redlock-runtime dependency".to_owned(),
+            )),
+        });
+    }
+    #[cfg(feature = "tls")]
+    if tls {
+        // rustls needs a crypto provider; ring is compiled in with the feature. Another
+        // one installed by the application first is kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Ok(())
+}
+
 enum Target {
     Url(String),
     Info(Box<redis::ConnectionInfo>),
@@ -242,7 +309,14 @@ pub struct LockClientBuilder {
     targets: Vec<Target>,
     config: ClientConfig,
     topology: Topology,
+    /// A mistake in a `REDLOCK_URL`-style spec, reported by `connect`.
+    spec_problem: Option<String>,
 }
+
+/// The forms a URL spec may take, for error messages.
+const SPEC_FORMS: &str = "expected `redis://[user:password@]host[:port][/db]` (or `rediss://` \
+     for TLS), several of them comma-separated for RedLock, `cluster:URL,URL…` for a Redis \
+     Cluster, or `sentinel:NAME:URL,URL…` for the primary Sentinel names NAME";
 
 /// What the builder's URLs point at.
 #[derive(Debug, Clone)]
@@ -349,18 +423,51 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trusts `pem` (one or more PEM certificates: a private CA) for the `rediss://`
+    /// servers of this client, in every mode, instead of the system's roots. Needs the
+    /// `tls` feature.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_runtime::LockError> {
+    /// let ca = std::fs::read("/etc/redis/ca.pem").expect("the CA");
+    /// let client = redlock_runtime::LockClient::builder("rediss://locks:s3cret@redis.internal:6380/")
+    ///     .tls_root_certificate(ca)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls_root_certificate = Some(pem.into());
+        self
+    }
+
     /// Connects. Fails within about twice the connect timeout when Redis cannot be reached.
     pub async fn connect(self) -> Result<LockClient, LockError> {
+        if let Some(problem) = self.spec_problem {
+            return Err(LockError::Connect {
+                url: String::new(),
+                source: redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "invalid Redis URL spec",
+                    format!("{problem}; {SPEC_FORMS}"),
+                )),
+            });
+        }
         let config = self.config;
         let mut targets = Vec::with_capacity(self.targets.len());
         for target in self.targets {
             targets.push(match target {
                 Target::Url(url) => {
                     let shown = redact(&url);
+                    check_tls_support(&url, &shown)?;
                     let info = url.as_str().into_connection_info().map_err(|source| {
                         LockError::Connect {
                             url: shown.clone(),
-                            source,
+                            source: redis::RedisError::from((
+                                redis::ErrorKind::InvalidClientConfig,
+                                "not a Redis URL",
+                                format!("{source}; {SPEC_FORMS}"),
+                            )),
                         }
                     })?;
                     (info, shown)
@@ -385,6 +492,15 @@ impl LockClientBuilder {
             return Err(invalid("no Redis server given".into()));
         }
         let redlock = matches!(self.topology, Topology::Masters) && targets.len() > 1;
+        if redlock && targets.len() % 2 == 0 {
+            tracing::warn!(
+                masters = targets.len(),
+                "redlock: an even number of RedLock masters tolerates no more failures than one \
+                 master fewer ({} of {} needed); use an odd number",
+                targets.len() / 2 + 1,
+                targets.len()
+            );
+        }
         config
             .validate(redlock)
             .map_err(LockError::invalid_settings)?;
@@ -456,5 +572,43 @@ mod spec_tests {
             LockClient::builder_from_spec("redis://a/").topology,
             Topology::Masters
         ));
+    }
+
+    #[test]
+    fn spec_mistakes_are_caught_before_connecting() {
+        let problem = |spec: &str| LockClient::builder_from_spec(spec).spec_problem;
+        assert!(
+            problem("sentinel:redis://h:26379/")
+                .unwrap()
+                .contains("sentinel:NAME:")
+        );
+        assert!(problem("sentinel::redis://h:26379/").is_some());
+        assert!(
+            problem("cluster:")
+                .unwrap()
+                .contains("names no Redis server")
+        );
+        assert!(problem("").is_some());
+        assert!(problem("sentinel:mymaster:redis://s1:26379/").is_none());
+        assert!(problem("redis://a/,redis://b/,redis://c/").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_bad_url_names_the_accepted_forms() {
+        for spec in [
+            "localhost:26390",
+            "http://h/",
+            "redis://h:99999/",
+            "cluster:",
+            "sentinel:redis://h/",
+        ] {
+            let error = LockClient::builder_from_spec(spec)
+                .connect()
+                .await
+                .expect_err(spec);
+            let message = error.to_string();
+            assert!(message.contains("sentinel:NAME:"), "{spec}: {message}");
+            assert!(message.contains("rediss://"), "{spec}: {message}");
+        }
     }
 }

@@ -24,6 +24,9 @@ pub(crate) struct ClientConfig {
     pub(crate) max_lease: Option<Duration>,
     /// Written into every lock this client takes, for `inspect` and the CLI.
     pub(crate) name: String,
+    /// A private CA (PEM) that `rediss://` servers' certificates are checked against,
+    /// instead of the system's roots.
+    pub(crate) tls_root_certificate: Option<Vec<u8>>,
 }
 
 impl Default for ClientConfig {
@@ -38,6 +41,7 @@ impl Default for ClientConfig {
             reservation_grace: Duration::from_millis(100),
             max_lease: None,
             name: default_name(),
+            tls_root_certificate: None,
         }
     }
 }

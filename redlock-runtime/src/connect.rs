@@ -23,16 +23,13 @@ pub(crate) async fn server(
     config: &ClientConfig,
     lazy_on_failure: bool,
 ) -> Result<Node, LockError> {
-    let connect_error = |source| LockError::Connect {
-        url: url.clone(),
-        source,
-    };
+    let connect_error = |source| LockError::connect(&url, source);
     let settings = info
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     let info = info.set_redis_settings(settings);
-    let redis_client = redis::Client::open(info).map_err(connect_error)?;
+    let redis_client = open(info, config).map_err(connect_error)?;
     let handler = notify::push_handler();
     let manager_config = manager_config(config, &handler);
     let mut reachable = true;
@@ -69,13 +66,12 @@ pub(crate) async fn cluster(
     url: String,
     config: &ClientConfig,
 ) -> Result<Node, LockError> {
-    let connect_error = |source| LockError::Connect {
-        url: url.clone(),
-        source,
-    };
+    let connect_error = |source| LockError::connect(&url, source);
     let handler = notify::push_handler();
     let push_target = handler.clone();
-    let cluster = redis::cluster::ClusterClientBuilder::new(seeds)
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds);
+    let builder = with_root_certificate(builder, config);
+    let cluster = builder
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(config.connect_timeout)
         .response_timeout(config.response_timeout)
@@ -117,10 +113,7 @@ pub(crate) async fn sentinel(
         manager_config(config, &handler),
     )
     .await
-    .map_err(|source| LockError::Connect {
-        url: url.clone(),
-        source,
-    })?;
+    .map_err(|source| LockError::connect(&url, source))?;
     let connection = Connection::Sentinel(sentinel.clone());
     let notifications = ReleaseNotifications::start(connection.clone(), &handler);
     let confirming = Confirming::new(config, Primary::Sentinel(sentinel.clone()));
@@ -133,6 +126,38 @@ pub(crate) async fn sentinel(
     let node = Node::new(url, connection, notifications, config, confirming);
     node.check_eviction_policy().await;
     Ok(node)
+}
+
+/// A client for one server: over TLS with the configured private CA, if any.
+fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let (Some(pem), redis::ConnectionAddr::TcpTls { .. }) =
+        (&config.tls_root_certificate, info.addr())
+    {
+        return redis::Client::build_with_tls(info, certificates(pem));
+    }
+    let _ = config;
+    redis::Client::open(info)
+}
+
+#[cfg(feature = "tls")]
+fn certificates(pem: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    }
+}
+
+fn with_root_certificate(
+    builder: redis::cluster::ClusterClientBuilder,
+    config: &ClientConfig,
+) -> redis::cluster::ClusterClientBuilder {
+    #[cfg(feature = "tls")]
+    if let Some(pem) = &config.tls_root_certificate {
+        return builder.certs(certificates(pem));
+    }
+    let _ = config;
+    builder
 }
 
 /// One server's connection settings: the client's timeouts, RESP3 pushes routed to

@@ -185,8 +185,12 @@ where
             .arg(1000)
             .arg("TYPE")
             .arg("string");
-        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(send(cmd).await?)?;
-        found.extend(keys);
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::from_redis_value(send(cmd).await?)?;
+        // A key that is not UTF-8 cannot be a lock's (the API takes `&str` keys).
+        found.extend(
+            keys.into_iter()
+                .filter_map(|key| String::from_utf8(key).ok()),
+        );
         if next == 0 {
             return Ok(found);
         }

@@ -34,6 +34,27 @@ pub enum LockError {
         source: redis::RedisError,
     },
 
+    /// Redis refused the credentials of the URL (ACL user and password, or password):
+    /// `WRONGPASS`, `NOAUTH` and the like.
+    #[error("Redis at {url} refused the credentials (the user and password in the URL): {source}")]
+    Auth {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The TLS connection to a `rediss://` server failed: most often a certificate that
+    /// does not verify against the trusted roots (`tls_root_certificate`, or the
+    /// system's), or a server that does not speak TLS on that port.
+    #[error(
+        "TLS with Redis at {url} failed (does its certificate verify against the trusted roots? see LockClientBuilder::tls_root_certificate): {source}"
+    )]
+    Tls {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// The key cannot be used as a lock name.
     #[error("invalid lock key `{}`: {reason}", Preview(.key))]
     InvalidKey { key: String, reason: String },
@@ -84,7 +105,7 @@ impl LockError {
             | LockError::NoQuorum { key, .. }
             | LockError::NotReplicated { key, .. }
             | LockError::NoDefaultClient { key, .. } => key,
-            LockError::Connect { .. } => "",
+            LockError::Connect { .. } | LockError::Auth { .. } | LockError::Tls { .. } => "",
         }
     }
 
@@ -122,9 +143,35 @@ impl LockError {
             self,
             LockError::Redis { .. }
                 | LockError::Connect { .. }
+                | LockError::Tls { .. }
                 | LockError::NoQuorum { .. }
                 | LockError::NotReplicated { .. }
         )
+    }
+
+    /// A failure to connect to `url`, told apart: refused credentials, a failed TLS
+    /// handshake, or anything else (unreachable, bad URL).
+    pub(crate) fn connect(url: &str, source: redis::RedisError) -> Self {
+        let url = url.to_owned();
+        let text = source.to_string();
+        let has = |needle: &str| text.contains(needle);
+        if source.kind() == redis::ErrorKind::AuthenticationFailed
+            || has("WRONGPASS")
+            || has("NOAUTH")
+            || has("NOPERM")
+        {
+            LockError::Auth { url, source }
+        } else if has("certificate")
+            || has("CertificateRequired")
+            || has("InvalidContentType")
+            || has("HandshakeFailure")
+            || has("tls handshake")
+            || has("received corrupt message")
+        {
+            LockError::Tls { url, source }
+        } else {
+            LockError::Connect { url, source }
+        }
     }
 
     pub(crate) fn redis(key: &str, source: redis::RedisError) -> Self {

@@ -11,6 +11,8 @@ use crate::core::Core;
 use crate::error::LockError;
 use crate::hand_off::HandOffOutcome;
 use crate::masters::QuorumError;
+use crate::metrics::{self, Label};
+use crate::node::Verdict;
 use crate::state::LockState;
 use crate::turn::LocalTurn;
 
@@ -54,11 +56,18 @@ pub(crate) struct Acquired {
     pub(crate) watchdog: bool,
     pub(crate) hold_at_least: Option<Duration>,
     pub(crate) turn: LocalTurn,
+    /// The `lock` label of its metrics.
+    pub(crate) label: Label,
 }
 
 impl LockGuard {
     pub(crate) fn new(acquired: Acquired) -> Self {
-        let state = LockState::new(acquired.sent_at, acquired.valid_for, acquired.turn);
+        let state = LockState::new(
+            acquired.sent_at,
+            acquired.valid_for,
+            acquired.turn,
+            acquired.label,
+        );
         let watchdog_id = acquired.watchdog.then(|| {
             acquired.client.watchdog().watch(
                 acquired.key.clone(),
@@ -134,14 +143,14 @@ impl LockGuard {
                 return Err(error.into_lock_error(&self.key, masters));
             }
         };
-        if extended {
+        if extended.is_ours() {
             update.confirmed();
             tracing::debug!(key = %self.key, ?lease, "redlock.extend");
             Ok(())
         } else {
             update.unknown();
-            held.state.mark_lost();
-            tracing::warn!(key = %self.key, "redlock.lost: extend found the lock gone");
+            held.state.found_gone(extended);
+            tracing::warn!(key = %self.key, evicted = extended == Verdict::Evicted, "redlock.lost: extend found the lock gone");
             Err(self.lost_error())
         }
     }
@@ -184,22 +193,34 @@ impl Holding {
         unfinished.disarm();
         // Only now may this client's next waiter try: Redis has processed the release.
         drop(turn);
-        self.state.mark_lost();
         match outcome {
-            Ok(true) => {
+            Ok(Verdict::Ours) => {
+                self.state.released();
                 tracing::debug!(key, held_for = ?self.acquired_at.elapsed(), keep_ms = keep, "redlock.release");
                 Ok(())
             }
-            Ok(false) => {
-                tracing::warn!(
-                    key,
-                    "redlock.lost: released after the lock had expired or been taken"
-                );
+            Ok(verdict) => {
+                self.state.found_gone(verdict);
+                if verdict == Verdict::Evicted {
+                    tracing::warn!(
+                        key,
+                        "redlock.lost: released after the lock was force-unlocked"
+                    );
+                } else {
+                    tracing::warn!(
+                        key,
+                        "redlock.lost: released after the lock had expired or been taken"
+                    );
+                }
                 Err(LockError::Lost {
                     key: key.to_owned(),
                 })
             }
-            Err(error) => Err(error.into_lock_error(key, self.client.masters())),
+            Err(error) => {
+                // Redis did not answer: the lease ends it, unless the release got through.
+                self.state.released();
+                Err(error.into_lock_error(key, self.client.masters()))
+            }
         }
     }
 
@@ -212,7 +233,7 @@ impl Holding {
         &self,
         key: &str,
         keep: u64,
-    ) -> (Result<bool, QuorumError>, Option<LocalTurn>) {
+    ) -> (Result<Verdict, QuorumError>, Option<LocalTurn>) {
         let masters = self.client.masters();
         let free = || masters.release(key, &self.owner, keep);
         if keep > 0 || !masters.can_hand_off() || self.state.is_lost() {
@@ -228,12 +249,20 @@ impl Holding {
             None => return (free().await, None),
         };
         let outcome = match hand_off.outcome().await {
-            HandOffOutcome::Done { released } => Ok(released),
-            // Not ours any more: the taker's script deleted it, unless the lease had run
-            // out (then it may have expired, or been taken by another client).
-            HandOffOutcome::Vanished => {
-                free().await.map(|ours| ours || !self.state.lease_ran_out())
+            HandOffOutcome::Done { released: true } => {
+                metrics::handed_off(self.state.label());
+                Ok(Verdict::Ours)
             }
+            // The taker's script found it gone: the release script (which leaves other
+            // owners alone) says whether it was force-unlocked. The lost case only.
+            HandOffOutcome::Done { released: false } => free().await,
+            // Not ours any more: the taker's script deleted it, unless the lease had run
+            // out (then it may have expired, or been taken by another client), or it was
+            // force-unlocked.
+            HandOffOutcome::Vanished => free().await.map(|verdict| match verdict {
+                Verdict::Gone if !self.state.lease_ran_out() => Verdict::Ours,
+                verdict => verdict,
+            }),
             HandOffOutcome::NotTaken => free().await,
         };
         (outcome, None)

@@ -51,7 +51,9 @@
 //!   an AOF or without persistence, a lagging replica promoted), as long as the new
 //!   server's clock is not behind the old one's by more than the switch took.
 //! - **Keys**: the lock is stored under the key itself; `redlock:fence` holds the
-//!   counter; releases are published on `redlock:released:<key>`. The `redlock:`
+//!   counter; releases are published on `redlock:released:<key>`; a force-unlock leaves
+//!   `redlock:forced:<key>` (the evicted owner, expiring with the lease it evicted) so
+//!   that the evicted holder can tell why its lock is gone. The `redlock:`
 //!   prefix is reserved: lock keys may not start with it.
 //! - **Redis needs** `maxmemory-policy noeviction` (checked at connect, with a warning).
 //!
@@ -66,6 +68,31 @@
 //! # Runtime
 //! A client's connections and its watchdog live in the tokio runtime that created it.
 //!
+//! # Metrics
+//! With the feature `metrics`, the locks are measured through the [`metrics`](https://docs.rs/metrics) facade:
+//! whatever recorder the application installs (`metrics-exporter-prometheus`, a StatsD
+//! or OpenTelemetry bridge, …) receives them. Without the feature no metrics code is
+//! compiled.
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `redlock_acquire_seconds` | histogram | `lock`, `outcome` = `acquired` / `timeout` / `error` | from the call to [`LockRequest::acquire`] (or the attribute's) until acquired or given up (a cancelled call records nothing) |
+//! | `redlock_hold_seconds` | histogram | `lock` | from acquired until released (or handed off), or lost: a lease that ran out ends when it ran out |
+//! | `redlock_lost_total` | counter | `lock`, `cause` = `lease` / `renewal` / `forced` | locks lost while held: the lease ran out (not renewed or extended in time, or Redis unreachable); a renewal, [`extend`](LockGuard::extend) or release found it gone (deleted, taken); or it was [force-unlocked](LockClient::force_unlock) |
+//! | `redlock_renewals_total` | counter | `lock` | each lock a watchdog renewal kept |
+//! | `redlock_renewal_failures_total` | counter | `lock` | each lock a watchdog renewal did not keep: found gone, or no answer |
+//! | `redlock_handoffs_total` | counter | `lock` | locks passed to the next task of the same client without a release in Redis (see "How it works") |
+//! | `redlock_waiting` | gauge | `lock` | tasks of this process waiting for a lock: in line behind another task of their client, or for a holder elsewhere (or for Redis to answer) |
+//!
+//! `lock` is a label with few values, never the key: every distinct label is a time
+//! series of its own. [`LockRequest::label`] sets it (`client.lock(key).label("order")`);
+//! `#[distributed_lock]` sets its key *template* (`order:<id>`, never `order:42`); a
+//! lock given no label counts under `lock="-"`. A loss is counted once per acquisition,
+//! by whichever of the watchdog, `extend` and the release finds it first; `forced` is
+//! told from `renewal` by the marker a force-unlock leaves (see "Keys" above), which
+//! the holder's next renewal, extension or release reads in the same script, on the
+//! path where the lock is already gone: no round trip is added.
+//!
 //! # Design
 //! For contributors: how the runtime is built, bottom up. Each module uses only the
 //! modules of the layers before it (`tests/layers.rs` fails on any other path). The
@@ -75,7 +102,9 @@
 //! (`tests/model.rs`).
 //!
 //! **Basics** — `error` (the one [`LockError`]) and `config` (client settings, their
-//! limits and the checks naming a bad one; how a URL is shown) depend on nothing.
+//! limits and the checks naming a bad one; how a URL is shown) depend on nothing;
+//! nor does `metrics` (feature `metrics`: the instruments, each an empty function
+//! without the feature), which the layers above call where the measured thing happens.
 //!
 //! **Wire** — `scripts` holds every Lua script, the names of the keys the library keeps
 //! and the fencing scheme; `sentinel` follows the primary Sentinel names;
@@ -152,6 +181,7 @@ mod hand_off;
 mod limits;
 mod macro_support;
 mod masters;
+mod metrics;
 mod node;
 mod notify;
 mod operate;

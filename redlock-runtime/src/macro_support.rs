@@ -143,6 +143,9 @@ pub struct LockSpec {
     pub lease: Option<Duration>,
     pub hold_at_least: Option<Duration>,
     pub abort_on_lost: bool,
+    /// The key's template as written (`order:<id>`): the `lock` label of the metrics,
+    /// one per annotated function whatever the ids (`LockRequest::label`).
+    pub label: &'static str,
 }
 
 /// What `client = …` of `#[distributed_lock]` takes: a [`LockClient`], a reference to
@@ -301,7 +304,10 @@ where
         enclosing = held.outer.as_deref();
     }
 
-    let mut request = client.lock(key.clone()).wait(spec.wait);
+    let mut request = client
+        .lock(key.clone())
+        .wait(spec.wait)
+        .static_label(spec.label);
     if let Some(lease) = spec.lease {
         request = request.lease(lease);
     }

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::error::LockError;
-use crate::node::{Attempt, AttemptRequest, Boot, Node, Seen, Waiter};
+use crate::node::{Attempt, AttemptRequest, Boot, Node, Seen, Verdict, Waiter};
 
 /// The outcome of one acquisition attempt over every master.
 pub(crate) enum Outcome {
@@ -404,16 +404,19 @@ impl Masters {
         });
     }
 
-    /// Releases everywhere. `Ok(true)` when a majority deleted or kept it as ours,
-    /// `Ok(false)` when a majority answered that it was not ours any more.
+    /// Releases everywhere. `Ours` when a majority deleted or kept it as ours, `Gone`
+    /// (or `Evicted`) when a majority answered that it was not ours any more.
     pub(crate) async fn release(
         &self,
         key: &str,
         owner: &str,
         keep_ms: u64,
-    ) -> Result<bool, QuorumError> {
+    ) -> Result<Verdict, QuorumError> {
         if let [node] = self.nodes.as_slice() {
-            return confirmed(node.release(key, owner, keep_ms).await);
+            return node
+                .release(key, owner, keep_ms)
+                .await
+                .map_err(QuorumError::Redis);
         }
         let (key, owner) = (Arc::<str>::from(key), Arc::<str>::from(owner));
         self.on_every_master(move |node| {
@@ -429,9 +432,12 @@ impl Masters {
         key: &str,
         owner: &str,
         lease_ms: u64,
-    ) -> Result<bool, QuorumError> {
+    ) -> Result<Verdict, QuorumError> {
         if let [node] = self.nodes.as_slice() {
-            return confirmed(node.extend(key, owner, lease_ms).await);
+            return node
+                .extend(key, owner, lease_ms)
+                .await
+                .map_err(QuorumError::Redis);
         }
         let (key, owner) = (Arc::<str>::from(key), Arc::<str>::from(owner));
         self.on_every_master(move |node| {
@@ -507,10 +513,10 @@ impl Masters {
 
     /// Runs `operation` on every master in tasks of their own, and answers as soon as
     /// a majority has confirmed, or denied; the others finish in the background.
-    async fn on_every_master<F, Fut>(&self, operation: F) -> Result<bool, QuorumError>
+    async fn on_every_master<F, Fut>(&self, operation: F) -> Result<Verdict, QuorumError>
     where
         F: Fn(Arc<Node>) -> Fut,
-        Fut: Future<Output = redis::RedisResult<i64>> + Send + 'static,
+        Fut: Future<Output = redis::RedisResult<Verdict>> + Send + 'static,
     {
         let mut replies: FuturesUnordered<_> = self
             .nodes
@@ -525,14 +531,14 @@ impl Masters {
         let mut count = MajorityCount::new(self.nodes.len());
         while count.decided().is_none() {
             match replies.next().await {
-                Some(Ok(Ok(Ok(reply)))) => count.answer(reply > 0),
+                Some(Ok(Ok(Ok(verdict)))) => count.answer(verdict),
                 Some(_) => count.silence(),
                 None => break,
             }
         }
         // Dropping the handles leaves the tasks running: the slow masters still get it.
-        match count.decided() {
-            Some(decided) => Ok(decided),
+        match count.verdict() {
+            Some(verdict) => Ok(verdict),
             None => Err(QuorumError::NoQuorum {
                 reached: count.answered,
             }),
@@ -540,16 +546,21 @@ impl Masters {
     }
 
     /// Renews `locks` on every master, one pipeline each; per lock, whether a majority
-    /// renewed it (`Some(true)`), a majority said it is gone (`Some(false)`), or too few
-    /// masters answered to tell (`None`). Answers once every lock is decided.
-    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease_ms: u64) -> Vec<Option<bool>> {
+    /// renewed it (`Some(Ours)`), a majority said it is gone (`Some(Gone)`, or
+    /// `Some(Evicted)`), or too few masters answered to tell (`None`). Answers once every
+    /// lock is decided.
+    pub(crate) async fn renew(
+        &self,
+        locks: &[(&str, &str)],
+        lease_ms: u64,
+    ) -> Vec<Option<Verdict>> {
         if let [node] = self.nodes.as_slice() {
             // One server: its answer is the whole decision, no copies or tasks needed.
             return match tokio::time::timeout(self.response_timeout, node.renew(locks, lease_ms))
                 .await
             {
                 Ok(Ok(per_lock)) if per_lock.len() == locks.len() => {
-                    per_lock.into_iter().map(|one| Some(one == 1)).collect()
+                    per_lock.into_iter().map(Some).collect()
                 }
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "redlock.renew failed");
@@ -588,7 +599,7 @@ impl Masters {
             match replies.next().await {
                 Some(Ok(Ok(Ok(per_lock)))) if per_lock.len() == locks.len() => {
                     for (count, one) in counts.iter_mut().zip(per_lock) {
-                        count.answer(one == 1);
+                        count.answer(one);
                     }
                 }
                 Some(reply) => {
@@ -602,7 +613,7 @@ impl Masters {
                 None => break,
             }
         }
-        counts.iter().map(MajorityCount::decided).collect()
+        counts.iter().map(MajorityCount::verdict).collect()
     }
 }
 
@@ -662,16 +673,14 @@ fn majority_view(answers: &[Option<Seen>], quorum: usize) -> Option<Seen> {
     })
 }
 
-fn confirmed(reply: redis::RedisResult<i64>) -> Result<bool, QuorumError> {
-    reply.map(|count| count > 0).map_err(QuorumError::Redis)
-}
-
 /// Confirmations and denials of one release, extend or renewal over N masters.
 #[derive(Debug, Clone)]
 struct MajorityCount {
     masters: usize,
     answered: usize,
     confirmed: usize,
+    /// Denials that said the lock was force-unlocked.
+    evicted: usize,
     finished: usize,
 }
 
@@ -681,14 +690,16 @@ impl MajorityCount {
             masters,
             answered: 0,
             confirmed: 0,
+            evicted: 0,
             finished: 0,
         }
     }
 
-    fn answer(&mut self, confirmed: bool) {
+    fn answer(&mut self, verdict: Verdict) {
         self.answered += 1;
         self.finished += 1;
-        self.confirmed += usize::from(confirmed);
+        self.confirmed += usize::from(verdict.is_ours());
+        self.evicted += usize::from(verdict == Verdict::Evicted);
     }
 
     fn silence(&mut self) {
@@ -707,6 +718,16 @@ impl MajorityCount {
         } else {
             None
         }
+    }
+
+    /// The decision as a verdict: denied by a majority, the lock was evicted if any
+    /// master said so (`force_unlock` ran on every master it reached).
+    fn verdict(&self) -> Option<Verdict> {
+        self.decided().map(|ours| match ours {
+            true => Verdict::Ours,
+            false if self.evicted > 0 => Verdict::Evicted,
+            false => Verdict::Gone,
+        })
     }
 }
 
@@ -1050,27 +1071,36 @@ mod tests {
 
     #[test]
     fn releases_are_decided_by_a_majority_of_answers() {
+        let (ours, gone) = (Verdict::Ours, Verdict::Gone);
         let mut count = MajorityCount::new(5);
-        count.answer(true);
-        count.answer(true);
+        count.answer(ours);
+        count.answer(ours);
         assert_eq!(count.decided(), None);
-        count.answer(true);
+        count.answer(ours);
         assert_eq!(count.decided(), Some(true));
+        assert_eq!(count.verdict(), Some(Verdict::Ours));
         let mut count = MajorityCount::new(5);
-        count.answer(false);
-        count.answer(false);
-        count.answer(true);
+        count.answer(gone);
+        count.answer(gone);
+        count.answer(ours);
         assert_eq!(
             count.decided(),
             None,
             "two silent masters could still confirm"
         );
-        count.answer(false);
+        count.answer(gone);
         assert_eq!(count.decided(), Some(false));
+        assert_eq!(count.verdict(), Some(Verdict::Gone));
         let mut count = MajorityCount::new(3);
         count.silence();
         count.silence();
-        count.answer(true);
+        count.answer(ours);
         assert_eq!(count.decided(), None);
+        assert_eq!(count.verdict(), None);
+        // Denied, and a master found the eviction marker: force-unlocked.
+        let mut count = MajorityCount::new(3);
+        count.answer(Verdict::Evicted);
+        count.answer(gone);
+        assert_eq!(count.verdict(), Some(Verdict::Evicted));
     }
 }

@@ -29,6 +29,31 @@ pub(crate) enum Attempt {
     },
 }
 
+/// What a release, extension or renewal found: the lock still `owner`'s (released,
+/// kept or extended), gone, or gone because `force_unlock` evicted it (the script found
+/// the eviction marker naming this owner: see `scripts::FORCE_UNLOCK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Ours,
+    Gone,
+    Evicted,
+}
+
+impl Verdict {
+    /// The reply of the release and extend scripts: above 0 ours, -1 evicted, else gone.
+    pub(crate) fn of_reply(reply: i64) -> Self {
+        match reply {
+            1.. => Verdict::Ours,
+            -1 => Verdict::Evicted,
+            _ => Verdict::Gone,
+        }
+    }
+
+    pub(crate) fn is_ours(self) -> bool {
+        self == Verdict::Ours
+    }
+}
+
 /// How a RedLock master's process relates to the data it serves (see
 /// `scripts::ACQUIRE`): may its answer count toward a majority? A master is in
 /// quarantine from the moment a client finds its marker missing or naming another
@@ -231,12 +256,24 @@ impl Node {
         parse_attempt(reply)
     }
 
-    /// Compare-and-delete (or keep for `keep_ms`): 1 deleted, 2 kept, 0 not ours.
-    pub(crate) async fn release(&self, key: &str, owner: &str, keep_ms: u64) -> RedisResult<i64> {
+    /// Compare-and-delete (or keep for `keep_ms`).
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        keep_ms: u64,
+    ) -> RedisResult<Verdict> {
         while_slot_moves(self.response_timeout, || {
             release_on(self.connection.clone(), self.waitlist, key, owner, keep_ms)
         })
         .await
+        .map(Verdict::of_reply)
+    }
+
+    /// The eviction marker of `key` (see `scripts::FORCE_UNLOCK`), in its slot.
+    fn forced_key(&self, key: &str) -> String {
+        let [waitlist, _] = self.connection.waitlist_keys(key);
+        scripts::forced_key(&waitlist)
     }
 
     /// Takes a waiter that gave up off `key`'s waitlist (passing on a reservation
@@ -264,7 +301,7 @@ impl Node {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
             async move {
-                let reply: Option<(String, i64, u64, i64)> = scripts::INSPECT
+                let reply: Option<(Vec<u8>, i64, u64, i64)> = scripts::INSPECT
                     .key(key)
                     .key(waitlist)
                     .key(expiries)
@@ -282,14 +319,16 @@ impl Node {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
+            let forced = scripts::forced_key(&waitlist);
             let channel = self.connection.release_channel(key);
             let publish = self.connection.publish_command();
             let reservation_ms = self.waitlist.reservation_ms;
             async move {
-                let reply: Option<(String, i64, u64, i64)> = scripts::FORCE_UNLOCK
+                let reply: Option<(Vec<u8>, i64, u64, i64)> = scripts::FORCE_UNLOCK
                     .key(key)
                     .key(waitlist)
                     .key(expiries)
+                    .key(forced)
                     .arg("")
                     .arg("")
                     .arg(channel)
@@ -312,13 +351,20 @@ impl Node {
         Ok(keys)
     }
 
-    /// Compare-and-expire: 1 extended, 0 not ours.
-    pub(crate) async fn extend(&self, key: &str, owner: &str, lease_ms: u64) -> RedisResult<i64> {
+    /// Compare-and-expire.
+    pub(crate) async fn extend(
+        &self,
+        key: &str,
+        owner: &str,
+        lease_ms: u64,
+    ) -> RedisResult<Verdict> {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
+            let forced = self.forced_key(key);
             async move {
                 scripts::EXTEND
                     .key(key)
+                    .key(forced)
                     .arg(owner)
                     .arg(lease_ms)
                     .invoke_async(&mut connection)
@@ -326,6 +372,7 @@ impl Node {
             }
         })
         .await
+        .map(Verdict::of_reply)
     }
 
     /// Raises the fencing counter of `key` on this server to at least `token`, and
@@ -357,19 +404,22 @@ impl Node {
     }
 
     /// Renews many locks in one pipelined round trip (on a cluster, one per slot in
-    /// use, sent concurrently: a pipeline may not cross slots): 1 renewed, 0 gone.
+    /// use, sent concurrently: a pipeline may not cross slots).
     pub(crate) async fn renew(
         &self,
         locks: &[(&str, &str)],
         lease_ms: u64,
-    ) -> RedisResult<Vec<i64>> {
-        if !self.connection.is_cluster() {
-            return renew_pipeline(self.connection.clone(), locks, lease_ms).await;
-        }
-        while_slot_moves(self.response_timeout, || {
-            self.renew_by_slot(locks, lease_ms)
-        })
-        .await
+    ) -> RedisResult<Vec<Verdict>> {
+        let replies = if !self.connection.is_cluster() {
+            self.renew_pipeline(self.connection.clone(), locks, lease_ms)
+                .await
+        } else {
+            while_slot_moves(self.response_timeout, || {
+                self.renew_by_slot(locks, lease_ms)
+            })
+            .await
+        };
+        Ok(replies?.into_iter().map(Verdict::of_reply).collect())
     }
 
     async fn renew_by_slot(&self, locks: &[(&str, &str)], lease_ms: u64) -> RedisResult<Vec<i64>> {
@@ -385,7 +435,7 @@ impl Node {
         let replies = futures_util::future::join_all(groups.iter().map(|group| {
             let batch: Vec<(&str, &str)> = group.iter().map(|&index| locks[index]).collect();
             let connection = self.connection.clone();
-            async move { renew_pipeline(connection, &batch, lease_ms).await }
+            async move { self.renew_pipeline(connection, &batch, lease_ms).await }
         }))
         .await;
         let mut renewed = vec![0; locks.len()];
@@ -396,35 +446,39 @@ impl Node {
         }
         Ok(renewed)
     }
-}
 
-async fn renew_pipeline(
-    mut connection: Connection,
-    locks: &[(&str, &str)],
-    lease_ms: u64,
-) -> RedisResult<Vec<i64>> {
-    let mut pipeline = redis::pipe();
-    for (key, owner) in locks {
-        pipeline
-            .cmd("EVALSHA")
-            .arg(scripts::EXTEND.get_hash())
-            .arg(1)
-            .arg(*key)
-            .arg(*owner)
-            .arg(lease_ms);
-    }
-    match pipeline.query_async(&mut connection).await {
-        Err(error)
-            if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-        {
-            // Redis restarted (or flushed its scripts): load it, then renew once more.
-            scripts::EXTEND
-                .prepare_invoke()
-                .load_async(&mut connection)
-                .await?;
-            pipeline.query_async(&mut connection).await
+    /// One pipeline of the extend script, one call per lock: 1 renewed, 0 gone, -1
+    /// evicted (see [`Verdict::of_reply`]).
+    async fn renew_pipeline(
+        &self,
+        mut connection: Connection,
+        locks: &[(&str, &str)],
+        lease_ms: u64,
+    ) -> RedisResult<Vec<i64>> {
+        let mut pipeline = redis::pipe();
+        for (key, owner) in locks {
+            pipeline
+                .cmd("EVALSHA")
+                .arg(scripts::EXTEND.get_hash())
+                .arg(2)
+                .arg(*key)
+                .arg(self.forced_key(key))
+                .arg(*owner)
+                .arg(lease_ms);
         }
-        other => other,
+        match pipeline.query_async(&mut connection).await {
+            Err(error)
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                // Redis restarted (or flushed its scripts): load it, then renew once more.
+                scripts::EXTEND
+                    .prepare_invoke()
+                    .load_async(&mut connection)
+                    .await?;
+                pipeline.query_async(&mut connection).await
+            }
+            other => other,
+        }
     }
 }
 
@@ -438,10 +492,12 @@ async fn release_on(
     let channel = connection.release_channel(key);
     let publish = connection.publish_command();
     let [waitlist, expiries] = connection.waitlist_keys(key);
+    let forced = scripts::forced_key(&waitlist);
     scripts::RELEASE
         .key(key)
         .key(waitlist)
         .key(expiries)
+        .key(forced)
         .arg(owner)
         .arg(keep_ms)
         .arg(channel)
@@ -520,6 +576,9 @@ pub(crate) struct AttemptRequest<'a> {
     pub(crate) name: &'a str,
 }
 
+/// The holder shown for a lock an older redlock wrote (its value names no client).
+pub(crate) const OLDER_HOLDER: &str = "(unknown: taken by an older redlock)";
+
 /// A lock as one server sees it: what its value says (see `scripts` on the lock's
 /// value), its remaining lease and how many clients wait on the waitlist.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -534,43 +593,74 @@ pub(crate) struct Seen {
 
 /// The parts of a lock's value: owner token (with `kept:` when kept for
 /// `hold_at_least`), fencing token, since when (server ms), name; `None` for a value
-/// redlock did not write as a lock.
-fn parse_lock_value(value: &str) -> Option<(&str, u64, u64, &str)> {
+/// redlock did not write as a lock. A lock an older redlock wrote holds its owner token
+/// alone: token 0, no start, no name. The same shapes as `scripts`' `is_lock`.
+fn parse_lock_value(value: &str) -> Option<(&str, u64, Option<u64>, &str)> {
     let mut parts = value.splitn(4, ' ');
     let owner = parts.next()?;
-    // `<hex>:<hex>`, as `Core::fresh_token` makes them (with `kept:` when kept).
+    // 32 hex digits, `:`, a hex counter: as `Core::fresh_token` makes them.
     let (random, counter) = owner
         .strip_prefix("kept:")
         .unwrap_or(owner)
         .split_once(':')?;
-    let hex = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit());
-    if !hex(random) || !hex(counter) {
+    let hex = |text: &str| text.bytes().all(|b| b.is_ascii_hexdigit());
+    if random.len() != 32 || !hex(random) || !(1..=16).contains(&counter.len()) || !hex(counter) {
         return None;
     }
-    let token = parts.next()?.parse().ok()?;
-    let since = parts.next()?.parse().ok()?;
-    Some((owner, token, since, parts.next().unwrap_or("")))
+    let Some(token) = parts.next() else {
+        return Some((owner, 0, None, ""));
+    };
+    let digits = |text: &str, most: usize| {
+        (1..=most).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit())
+    };
+    let since = parts.next()?;
+    let name = parts.next()?;
+    if !digits(token, 19) || !digits(since, 15) {
+        return None;
+    }
+    Some((owner, token.parse().ok()?, Some(since.parse().ok()?), name))
 }
 
-/// A key redlock keeps for itself (counter, restart marker, waitlists), whether bare
-/// or behind a cluster hash tag (`{tag}redlock:…`); lock keys may not look like it.
+/// A key redlock keeps for itself: counters and the restart marker (`redlock:…`, which
+/// lock keys may not start with), and on a cluster a lock's companion keys behind the
+/// slot's hash tag.
 fn is_internal(key: &str) -> bool {
-    let untagged = match key.strip_prefix('{').and_then(|rest| rest.split_once('}')) {
-        Some((_, rest)) => rest,
-        None => key,
+    if key.starts_with(scripts::RESERVED_PREFIX) {
+        return true;
+    }
+    // On a cluster a lock's companion keys are `{<slot tag>}redlock:<kind>:<key>`; a
+    // lock of the application may still be named `{t}redlock:x`.
+    let Some((tag, rest)) = key.strip_prefix('{').and_then(|rest| rest.split_once('}')) else {
+        return false;
     };
-    key.starts_with(scripts::RESERVED_PREFIX) || untagged.starts_with(scripts::RESERVED_PREFIX)
+    let slot_tag = !tag.is_empty()
+        && tag.len() <= 4
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase());
+    slot_tag
+        && [
+            scripts::WAITLIST_PREFIX,
+            scripts::WAITLIST_EXPIRY_PREFIX,
+            scripts::FORCED_PREFIX,
+        ]
+        .iter()
+        .any(|prefix| rest.starts_with(prefix))
 }
 
 /// The inspect script's reply `{value, pttl, now ms, waiting}` (nil: no lock).
-fn parse_seen(reply: Option<(String, i64, u64, i64)>) -> Option<Seen> {
+fn parse_seen(reply: Option<(Vec<u8>, i64, u64, i64)>) -> Option<Seen> {
     let (value, ttl, now_ms, waiting) = reply?;
+    let value = String::from_utf8_lossy(&value);
     let (owner, fencing_token, since_ms, name) = parse_lock_value(&value)?;
     Some(Seen {
         owner: owner.to_owned(),
-        holder: name.to_owned(),
+        holder: match since_ms {
+            Some(_) => name.to_owned(),
+            None => OLDER_HOLDER.to_owned(),
+        },
         fencing_token,
-        held_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
+        held_for: Duration::from_millis(since_ms.map_or(0, |since| now_ms.saturating_sub(since))),
         ttl: Duration::from_millis(u64::try_from(ttl).ok()?),
         waiting: usize::try_from(waiting).unwrap_or(0),
     })
@@ -632,33 +722,64 @@ mod tests {
     }
 
     #[test]
+    fn release_and_extend_replies_say_ours_gone_or_evicted() {
+        // Released, kept for `hold_at_least`, extended: still ours.
+        assert_eq!(Verdict::of_reply(1), Verdict::Ours);
+        assert_eq!(Verdict::of_reply(2), Verdict::Ours);
+        assert_eq!(Verdict::of_reply(0), Verdict::Gone);
+        // The eviction marker named this owner.
+        assert_eq!(Verdict::of_reply(-1), Verdict::Evicted);
+        assert!(Verdict::Ours.is_ours() && !Verdict::Evicted.is_ours());
+        // The marker shares the lock's hash tag, hence its cluster slot.
+        assert_eq!(
+            scripts::forced_key("{x1}redlock:waitlist:a:redlock:waitlist:b"),
+            "{x1}redlock:forced:a:redlock:waitlist:b"
+        );
+        assert_eq!(
+            scripts::forced_key("redlock:waitlist:order:1"),
+            "redlock:forced:order:1"
+        );
+    }
+
+    #[test]
     fn a_lock_value_names_owner_token_start_and_holder() {
-        let seen = parse_seen(Some((
-            "ab12:7 1700000000123456 1700000000123 billing 7:42".to_owned(),
-            2500,
-            1700000001123,
-            3,
-        )))
-        .expect("a lock");
-        assert_eq!(seen.owner, "ab12:7");
+        let owner = format!("{}:7", "ab12".repeat(8));
+        let value = format!("{owner} 1700000000123456 1700000000123 billing 7:42");
+        let seen = parse_seen(Some((value.into_bytes(), 2500, 1700000001123, 3))).expect("a lock");
+        assert_eq!(seen.owner, owner);
         assert_eq!(seen.holder, "billing 7:42", "a name may hold spaces");
         assert_eq!(seen.fencing_token, 1700000000123456);
         assert_eq!(seen.held_for, Duration::from_secs(1));
         assert_eq!(seen.ttl, Duration::from_millis(2500));
         assert_eq!(seen.waiting, 3);
-        let kept = parse_lock_value("kept:ab12:7 5 6 n").unwrap();
-        assert_eq!(kept, ("kept:ab12:7", 5, 6, "n"));
+        let kept = format!("kept:{owner} 5 6 n");
+        assert_eq!(
+            parse_lock_value(&kept).unwrap(),
+            (&kept[..owner.len() + 5], 5, Some(6), "n")
+        );
+        // An older redlock's lock: the owner token alone.
+        let older = parse_seen(Some((owner.clone().into_bytes(), 900, 5, 0))).expect("a lock");
+        assert_eq!(
+            (older.holder.as_str(), older.fencing_token),
+            (OLDER_HOLDER, 0)
+        );
+        // A name that is not UTF-8 is shown, not refused.
+        let mut odd = format!("{owner} 1 2 ").into_bytes();
+        odd.extend_from_slice(&[0xff, b'x']);
+        assert!(parse_seen(Some((odd, 1, 2, 0))).is_some());
         // What is not a lock's value is not a lock.
         for other in [
-            "reserved:ab12:9",
-            "hello",
-            "a b c d",
-            "",
-            " 1 2 n",
-            "user 1 2 name",
-            "ab:zz 1 2 n",
+            format!("reserved:{owner}"),
+            "hello".into(),
+            "dead:beef 12 34 hello".into(),
+            format!("{owner} 1 2"),
+            format!("{owner} 123456789012345678901 2 n"),
+            format!("{owner} 1 1234567890123456 n"),
+            format!("{}:7 1 2 n", "ab".repeat(15)),
+            format!("0{owner} 1 2 n"),
+            String::new(),
         ] {
-            assert!(parse_lock_value(other).is_none(), "{other:?}");
+            assert!(parse_lock_value(&other).is_none(), "{other:?}");
         }
         assert!(parse_seen(None).is_none());
     }
@@ -667,8 +788,10 @@ mod tests {
     fn internal_keys_are_never_listed_as_locks() {
         assert!(is_internal("redlock:fence"));
         assert!(is_internal("redlock:fence:{x1}"));
-        assert!(is_internal("{x1}redlock:waitlist:order:1"));
         assert!(!is_internal("order:1"));
+        assert!(is_internal("{x1}redlock:waitlist:order:1"));
+        assert!(is_internal("{x1}redlock:forced:order:1"));
+        assert!(!is_internal("{t}redlock:x"), "a lock may be named so");
         assert!(!is_internal("{user}:order"));
     }
 

@@ -55,11 +55,28 @@ pub(crate) const RESERVED_PREFIX: &str = "redlock:";
 pub(crate) const WAITLIST_PREFIX: &str = "redlock:waitlist:";
 pub(crate) const WAITLIST_EXPIRY_PREFIX: &str = "redlock:waitlist-expiry:";
 
+/// Prefix of a key's eviction marker: [`FORCE_UNLOCK`] leaves the evicted owner's token
+/// there, expiring with the lease it evicted, so that the holder's next renewal,
+/// extension or release can tell it was force-unlocked (see [`GONE`]).
+pub(crate) const FORCED_PREFIX: &str = "redlock:forced:";
+
 /// `owned_by(value, owner)`: does a lock value belong to this owner token? Shared by
 /// every script that compares before it writes.
 const OWNED_BY: &str = r#"
 local function owned_by(value, owner)
   return type(value) == 'string' and string.sub(value, 1, #owner + 1) == owner .. ' '
+end
+"#;
+
+/// `gone(marker, owner)`: the reply of a release, extension or renewal that found the
+/// lock not `owner`'s: -1 when the eviction marker `marker` names this owner (it was
+/// force-unlocked), else 0. Read only on that path: what succeeds costs nothing more.
+const GONE: &str = r#"
+local function gone(marker, owner)
+  if redis.pcall('GET', marker) == owner then
+    return -1
+  end
+  return 0
 end
 "#;
 
@@ -180,11 +197,12 @@ return {{0, ttl, boot}}
 });
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
-/// KEYS: lock, waitlist, waitlist expiries. ARGV: owner token, ms to keep the key
-/// (0: release it), release channel, publish command (PUBLISH, or SPUBLISH on a
-/// cluster), grace of a reservation (ms).
+/// KEYS: lock, waitlist, waitlist expiries, eviction marker. ARGV: owner token, ms to
+/// keep the key (0: release it), release channel, publish command (PUBLISH, or SPUBLISH
+/// on a cluster), grace of a reservation (ms).
 /// Returns 1 when released (deleted, or reserved for the waitlist's head; published),
-/// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more.
+/// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more, -1 when it
+/// was force-unlocked (see [`GONE`]).
 ///
 /// A kept key's value gains the prefix `kept:`, so that a renewal already on its
 /// way cannot stretch it back to the full lease, and tells every waiter when it ends
@@ -192,10 +210,10 @@ return {{0, ttl, boot}}
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}
+{OWNED_BY}{GONE}
 local value = redis.pcall('GET', KEYS[1])
 if not owned_by(value, ARGV[1]) then
-  return 0
+  return gone(KEYS[4], ARGV[1])
 end
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[1], 'kept:' .. value, 'PX', ARGV[2])
@@ -255,16 +273,18 @@ return 1
     ))
 });
 
-/// KEYS: lock. ARGV: owner token, new lease in ms. Returns 1 when extended, 0 when not ours.
+/// KEYS: lock, eviction marker. ARGV: owner token, new lease in ms. Returns 1 when
+/// extended, 0 when not ours, -1 when force-unlocked (see [`GONE`]). The watchdog's
+/// renewals run it too, pipelined.
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}
+{OWNED_BY}{GONE}
 if owned_by(redis.pcall('GET', KEYS[1]), ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-return 0
+return gone(KEYS[2], ARGV[1])
 "#
     ))
 });
@@ -283,17 +303,27 @@ return seen()
     ))
 });
 
-/// KEYS: lock, waitlist, waitlist expiries. ARGV: (unused), (unused), release channel,
-/// publish command, grace of a reservation (ms). Frees a lock whoever holds it, as its
-/// release would (the waitlist's head gets the reservation, every waiter the news),
-/// and returns what it evicted as `INSPECT` would have seen it; nil when the key held
-/// no lock.
+/// KEYS: lock, waitlist, waitlist expiries, eviction marker. ARGV: (unused), (unused),
+/// release channel, publish command, grace of a reservation (ms). Frees a lock whoever
+/// holds it, as its release would (the waitlist's head gets the reservation, every
+/// waiter the news), and returns what it evicted as `INSPECT` would have seen it; nil
+/// when the key held no lock.
+///
+/// A held lock's owner token is left in the eviction marker ([`FORCED_PREFIX`]) for as
+/// long as the evicted lease had to run: the holder's next renewal, extension or
+/// release answers -1 instead of 0 (see [`GONE`]), and it counts the loss as forced.
+/// One marker per key, gone with the lease it evicted: nothing accumulates (a second
+/// eviction of the same key within that time names only the later owner).
 pub(crate) static FORCE_UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 {seen}
 local evicted = seen()
 if evicted then
+  local owner = string.match(evicted[1], '^(%S+) ')
+  if owner and string.sub(owner, 1, 5) ~= 'kept:' then
+    redis.call('SET', KEYS[4], owner, 'PX', math.max(1, evicted[2]))
+  end
   free_for_next()
 end
 return evicted
@@ -310,7 +340,12 @@ static SEEN: LazyLock<String> = LazyLock::new(|| {
         r#"
 {IS_LOCK}
 local function seen()
-  local value = redis.pcall('GET', KEYS[1])
+  -- Only a string short enough to be a lock's value is read: a large cached value
+  -- must not be copied into the script.
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' or redis.call('STRLEN', KEYS[1]) > 1024 then
+    return false
+  end
+  local value = redis.call('GET', KEYS[1])
   if not is_lock(value) then
     return false
   end
@@ -328,19 +363,34 @@ end
 });
 
 /// `is_lock(value)`: the value of a lock redlock wrote (held, or kept for
-/// `hold_at_least`): an owner token (`<hex>:<hex>`, see `core`'s `fresh_token`), a
-/// token, a time and a name; see the module's docs.
+/// `hold_at_least`): an owner token (32 hex digits, `:`, a hex counter: see `core`'s
+/// `fresh_token`), a token (≤ 19 digits), a time in ms (≤ 15 digits) and a name; or an
+/// owner token alone (a lock an older redlock wrote). `node::parse_lock_value` accepts
+/// exactly the same shapes.
 const IS_LOCK: &str = r#"
+local OWNER = string.rep('%x', 32) .. ':' .. '%x+'
 local function is_lock(value)
-  if type(value) ~= 'string' then
+  if type(value) ~= 'string' or #value > 1024 then
     return false
   end
   if string.sub(value, 1, 5) == 'kept:' then
     value = string.sub(value, 6)
   end
-  return string.match(value, '^%x+:%x+ %d+ %d+ ') ~= nil
+  local owner, token, since = string.match(value, '^(' .. OWNER .. ') (%d+) (%d+) ')
+  if not owner then
+    -- A lock an older redlock wrote: its owner token alone.
+    owner = string.match(value, '^' .. OWNER .. '$')
+    return owner ~= nil and #owner <= 49
+  end
+  return #owner <= 49 and #token <= 19 and #since <= 15
 end
 "#;
+
+/// The eviction marker of a lock whose waitlist key is `waitlist` (same hash tag, so
+/// the same cluster slot as the lock key).
+pub(crate) fn forced_key(waitlist: &str) -> String {
+    waitlist.replacen(WAITLIST_PREFIX, FORCED_PREFIX, 1)
+}
 
 /// The channel a release of `key` is published on.
 pub(crate) fn release_channel(key: &str) -> String {

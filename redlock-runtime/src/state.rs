@@ -1,6 +1,7 @@
 //! The state of one held lock, shared by its guard, the watchdog, `current_lock()` and
 //! the waiters of its client: whether it is known lost, and until when its lease surely
 //! lasts. It holds its client's turn at the key and passes it once the lock is gone.
+//! Its end — released, or lost and why — is measured here, once (`metrics`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,6 +11,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::metrics::{Cause, Hold, Label};
+use crate::node::Verdict;
 use crate::turn::{Holder, LocalTurn};
 
 /// What the guard, the watchdog and `lost()` futures share about one held lock.
@@ -21,15 +24,23 @@ pub(crate) struct LockState {
     origin: Instant,
     /// This client's turn at the key; passed on as soon as the lock is known lost.
     turn: Mutex<Option<LocalTurn>>,
+    /// How long it was held, and how it ended, for the metrics.
+    hold: Hold,
 }
 
 impl LockState {
-    pub(crate) fn new(sent_at: Instant, lease: Duration, turn: LocalTurn) -> Arc<Self> {
+    pub(crate) fn new(
+        sent_at: Instant,
+        lease: Duration,
+        turn: LocalTurn,
+        label: Label,
+    ) -> Arc<Self> {
         let state = LockState {
             lost: watch::Sender::new(false),
             expiry: Mutex::new(Expiry::default()),
             origin: sent_at,
             turn: Mutex::new(None),
+            hold: Hold::new(label, sent_at),
         };
         state.expiry().nanos = state.nanos_after_origin(sent_at, lease);
         let state = Arc::new(state);
@@ -102,7 +113,45 @@ impl LockState {
             .unwrap_or_else(|| self.origin + Duration::from_secs(86_400 * 365 * 30))
     }
 
-    pub(crate) fn mark_lost(&self) {
+    /// The `lock` label of its metrics.
+    pub(crate) fn label(&self) -> &Label {
+        self.hold.label()
+    }
+
+    /// Its holder let it go: released (or handed off) in Redis, or tried to and got no
+    /// answer.
+    pub(crate) fn released(&self) {
+        self.hold.released();
+        self.mark_lost();
+    }
+
+    /// A renewal, extension or release found it no longer ours (`verdict` is not
+    /// `Ours`): force-unlocked when Redis says so, else run out if its lease may have,
+    /// else deleted or taken behind its holder's back.
+    pub(crate) fn found_gone(&self, verdict: Verdict) {
+        self.lose(match verdict {
+            Verdict::Evicted => Cause::Forced,
+            _ if self.lease_ran_out() => Cause::Lease,
+            _ => Cause::Renewal,
+        });
+    }
+
+    /// Its lease ran out while no renewal got through (Redis did not answer).
+    pub(crate) fn ran_out(&self) {
+        self.lose(Cause::Lease);
+    }
+
+    /// Known lost for `cause`: a lease that ran out ended when it did, anything else
+    /// when it was found out.
+    fn lose(&self, cause: Cause) {
+        self.hold.lost(cause, || match cause {
+            Cause::Lease => self.expires_at().min(Instant::now()),
+            Cause::Renewal | Cause::Forced => Instant::now(),
+        });
+        self.mark_lost();
+    }
+
+    fn mark_lost(&self) {
         self.lost.send_replace(true);
         self.pass_turn();
     }
@@ -227,10 +276,14 @@ mod tests {
     async fn state(lease: Duration) -> Arc<LockState> {
         let turns = Arc::new(Turns::default());
         let turn = turns
-            .take_turn("k", Instant::now() + Duration::from_secs(1))
+            .take_turn(
+                "k",
+                &Label::unlabelled(),
+                Instant::now() + Duration::from_secs(1),
+            )
             .await
             .expect("a free turn");
-        LockState::new(Instant::now(), lease, turn)
+        LockState::new(Instant::now(), lease, turn, Label::unlabelled())
     }
 
     #[tokio::test]

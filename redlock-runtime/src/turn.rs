@@ -24,6 +24,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::hand_off::{Baton, BatonSlot, HandOffOutcome, Pending};
+use crate::metrics::{self, Label};
 
 /// What the turn needs of the lock its holder took: to know when it is gone, so that
 /// the turn goes on even if the holder's guard lives on. (The lock's state implements
@@ -96,9 +97,11 @@ impl std::fmt::Debug for Turns {
 impl Turns {
     /// Waits for `key`'s turn until `deadline`; `None` when it did not come in time.
     /// With a deadline already past, takes the turn only if nobody holds or awaits it.
+    /// A task waiting in line counts in `redlock_waiting` under `label`.
     pub(crate) async fn take_turn(
         self: &Arc<Self>,
         key: &str,
+        label: &Label,
         deadline: Instant,
     ) -> Option<LocalTurn> {
         let turnstile = {
@@ -140,7 +143,7 @@ impl Turns {
                 }
             }
         } else {
-            let _waiting = Waiting::count(&turnstile);
+            let _waiting = Waiting::count(&turnstile, label);
             tokio::time::timeout_at(deadline, wait_for_turn(&turnstile))
                 .await
                 .ok()
@@ -228,19 +231,25 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     }
 }
 
-/// Counts a task among the waiters of a key for as long as it waits.
-struct Waiting<'a>(&'a Entry);
+/// Counts a task among the waiters of a key (and in the metrics) for as long as it waits.
+struct Waiting<'a> {
+    entry: &'a Entry,
+    _gauge: metrics::Waiting,
+}
 
 impl<'a> Waiting<'a> {
-    fn count(entry: &'a Entry) -> Self {
+    fn count(entry: &'a Entry, label: &Label) -> Self {
         entry.waiting.fetch_add(1, Ordering::AcqRel);
-        Waiting(entry)
+        Waiting {
+            entry,
+            _gauge: metrics::Waiting::start(label),
+        }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.entry.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -321,15 +330,22 @@ mod tests {
     async fn turns_come_in_arrival_order_and_a_try_never_waits() {
         let turns = Arc::new(Turns::default());
         let soon = || Instant::now() + Duration::from_secs(5);
-        let first = turns.take_turn("k", soon()).await.expect("a free key");
+        let label = Label::unlabelled();
+        let first = turns
+            .take_turn("k", &label, soon())
+            .await
+            .expect("a free key");
         // A try (deadline passed) does not wait for a held turn.
-        assert!(turns.take_turn("k", Instant::now()).await.is_none());
+        assert!(turns.take_turn("k", &label, Instant::now()).await.is_none());
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for n in 0..3 {
             let (turns, order) = (turns.clone(), order.clone());
             waiters.push(tokio::spawn(async move {
-                let turn = turns.take_turn("k", soon()).await.expect("its turn");
+                let turn = turns
+                    .take_turn("k", &Label::unlabelled(), soon())
+                    .await
+                    .expect("its turn");
                 order.lock().unwrap().push(n);
                 drop(turn);
             }));

@@ -3,7 +3,7 @@
 //! One task per client, started with its first such lock, renews every lock the
 //! client holds in one pipelined round trip per tick: not a task and a timer per lock.
 //! A lock the renewal finds gone, or that could not be renewed before its lease ran
-//! out, is marked lost.
+//! out, is marked lost. Each lock's renewal counts in the metrics, kept or failed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +15,8 @@ use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::masters::Masters;
+use crate::metrics;
+use crate::node::Verdict;
 use crate::state::LockState;
 
 struct Watched {
@@ -143,21 +145,27 @@ async fn renew_all(shared: &Shared, masters: &Masters) {
     let renewed = masters.renew(&pairs, lease_ms).await;
     for (((id, watched), renewed), ticket) in locks.iter().zip(renewed).zip(tickets) {
         let state = &watched.state;
-        state.finish_update(ticket, sent_at, valid_for, renewed == Some(true));
+        state.finish_update(ticket, sent_at, valid_for, renewed == Some(Verdict::Ours));
         match renewed {
-            Some(true) => {}
-            Some(false) => {
+            Some(Verdict::Ours) => metrics::renewed(state.label()),
+            Some(verdict) => {
                 // A lock released meanwhile (its guard forgot it) is not lost: a release
                 // that keeps the key for `hold_at_least` changes its value.
                 if shared.forget(*id) {
-                    tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
-                    state.mark_lost();
+                    metrics::renewal_failed(state.label());
+                    if verdict == Verdict::Evicted {
+                        tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock force-unlocked");
+                    } else {
+                        tracing::warn!(key = %watched.key, "redlock.lost: the watchdog found the lock gone");
+                    }
+                    state.found_gone(verdict);
                 }
             }
             None => {
+                metrics::renewal_failed(state.label());
                 if state.is_lost() && shared.forget(*id) {
                     tracing::warn!(key = %watched.key, "redlock.lost: lease ran out while Redis was unreachable");
-                    state.mark_lost();
+                    state.ran_out();
                 }
             }
         }

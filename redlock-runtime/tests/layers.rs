@@ -11,6 +11,7 @@ use std::path::Path;
 const LAYERS: &[&str] = &[
     "error",         // LockError
     "config",        // client settings, limits, URL redaction
+    "metrics",       // the `metrics` feature's instruments (empty functions without it)
     "scripts",       // the Lua scripts, key and channel names
     "sentinel",      // following the primary Sentinel names
     "connection",    // one server / cluster / sentinel connection; slots; slot-moving retries

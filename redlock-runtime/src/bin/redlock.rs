@@ -104,12 +104,15 @@ fn main() -> ExitCode {
         Err(error) => {
             // One line, like every other error here; `--help` has the rest.
             let text = error.to_string();
-            let first = text
+            let line = text
                 .lines()
-                .find(|line| !line.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            return fail(Failure(format!("{first} (see `redlock --help`)")));
+                .map(str::trim)
+                .filter(|line| !line.is_empty() && !line.starts_with("Usage:"))
+                .filter(|line| !line.starts_with("For more information"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let line = line.strip_prefix("error: ").unwrap_or(&line).to_owned();
+            return fail(Failure(format!("{line} (see `redlock --help`)")));
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -179,7 +182,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             } else if let Some(info) = &info {
                 written(write_table(&mut out, std::slice::from_ref(info)))?;
             } else {
-                written(writeln!(out, "{key} is free"))?;
+                eprintln!("redlock: {key} is free");
             }
             Ok(if info.is_some() {
                 ExitCode::SUCCESS
@@ -199,7 +202,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 Ok(ExitCode::SUCCESS)
             }
             None => {
-                written(writeln!(out, "{key} was free; nothing to do"))?;
+                eprintln!("redlock: {key} was free; nothing to do");
                 Ok(ExitCode::from(1))
             }
         },
@@ -223,7 +226,19 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     _ = &mut stop => return Ok(ExitCode::SUCCESS),
                     _ = tick.tick() => {}
                 }
-                let info = client.inspect(&key).await?;
+                // A Redis outage or failover is reported and watched through.
+                let info = match client.inspect(&key).await {
+                    Ok(info) => info,
+                    Err(error) => {
+                        eprintln!("redlock: {error} (still watching)");
+                        last = None;
+                        tokio::select! {
+                            _ = &mut stop => return Ok(ExitCode::SUCCESS),
+                            _ = tokio::time::sleep(every.max(std::time::Duration::from_secs(1))) => {}
+                        }
+                        continue;
+                    }
+                };
                 let now = info.as_ref().map(|info| {
                     (
                         info.holder().to_owned(),

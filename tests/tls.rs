@@ -1,0 +1,251 @@
+//! Managed Redis: `rediss://` with a private CA, ACL users and password-only `AUTH`,
+//! against real `redis-server` processes started with `--tls-port` and certificates this
+//! test makes (rcgen). Bad certificates and bad credentials must give a clear, typed
+//! error within a bounded time, and no password may appear in an error.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use redlock_runtime::{LockClient, LockError};
+use redlock_testkit::{RedisServer, free_port};
+
+/// A certificate authority and a server certificate it signed, for 127.0.0.1.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca_pem: String,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "redlock test CA");
+        let ca = ca_params.self_signed(&ca_key).expect("the CA certificate");
+        let key = rcgen::KeyPair::generate().expect("a server key");
+        let params =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .unwrap();
+        let cert = params
+            .signed_by(&key, &ca, &ca_key)
+            .expect("the server certificate");
+        let dir = tempfile::Builder::new()
+            .prefix("redlock-tls-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        Pki {
+            dir,
+            ca_pem: ca.pem(),
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        let path: PathBuf = self.dir.path().join(name);
+        path.to_str().unwrap().to_owned()
+    }
+}
+
+/// A server listening with TLS on its own port (and in plain text on the kit's, for the
+/// test's own set-up commands); `extra` are more `redis-server` arguments.
+fn tls_server(pki: &Pki, extra: &[&str]) -> (RedisServer, u16) {
+    let port = free_port();
+    let port_text = port.to_string();
+    let (cert, key, ca) = (
+        pki.path("server.pem"),
+        pki.path("server.key"),
+        pki.path("ca.pem"),
+    );
+    let mut args = vec![
+        "--tls-port",
+        &port_text,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ];
+    args.extend_from_slice(extra);
+    (RedisServer::start_with(&args), port)
+}
+
+/// Connects, bounded: a connection that hangs fails the test instead of the suite.
+async fn connect(url: &str, ca: Option<&str>) -> Result<LockClient, LockError> {
+    let mut builder = LockClient::builder(url).connect_timeout(Duration::from_secs(2));
+    if let Some(ca) = ca {
+        builder = builder.tls_root_certificate(ca.as_bytes().to_vec());
+    }
+    tokio::time::timeout(Duration::from_secs(15), builder.connect())
+        .await
+        .expect("connect gave an answer in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_work_over_tls_with_a_private_ca() {
+    let pki = Pki::new();
+    let (_server, port) = tls_server(&pki, &[]);
+    let url = format!("rediss://127.0.0.1:{port}/");
+    let first = connect(&url, Some(&pki.ca_pem)).await.expect("TLS connect");
+    let second = connect(&url, Some(&pki.ca_pem)).await.expect("TLS connect");
+
+    let held = first
+        .lock("tls:order:1")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let token = held.fencing_token();
+    // A waiter on the other client is woken by the release message (pub/sub over TLS),
+    // long before the 10 s lease could have run out.
+    let waiter = tokio::spawn(async move {
+        let guard = second
+            .lock("tls:order:1")
+            .wait(Duration::from_secs(8))
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let next = guard.fencing_token();
+        guard.release().await.unwrap();
+        next
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap();
+    assert!(next > token);
+    assert!(released_at.elapsed() < Duration::from_secs(5));
+    let info = first.inspect("tls:order:1").await.unwrap();
+    assert!(info.is_none(), "{info:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_that_does_not_verify_is_a_tls_error() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    let (_server, port) = tls_server(&pki, &[]);
+    let url = format!("rediss://127.0.0.1:{port}/");
+    for ca in [None, Some(other.ca_pem.as_str())] {
+        let started = Instant::now();
+        let error = connect(&url, ca)
+            .await
+            .expect_err("an untrusted certificate");
+        assert!(matches!(error, LockError::Tls { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("tls_root_certificate"), "{message}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_a_plain_port_fails_in_bounded_time() {
+    let server = RedisServer::start();
+    let url = format!("rediss://127.0.0.1:{}/", server.port());
+    let started = Instant::now();
+    let error = connect(&url, None).await.expect_err("not a TLS port");
+    assert!(
+        matches!(error, LockError::Tls { .. } | LockError::Connect { .. }),
+        "{error:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_over_tls_locks_and_a_wrong_password_is_an_auth_error() {
+    let pki = Pki::new();
+    let (server, port) = tls_server(&pki, &[]);
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">s3cret-pw",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let good = format!("rediss://locker:s3cret-pw@127.0.0.1:{port}/");
+    let client = connect(&good, Some(&pki.ca_pem)).await.expect("ACL user");
+    let guard = client
+        .lock("acl:1")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert!(!format!("{client:?}").contains("s3cret-pw"));
+
+    let bad = format!("rediss://locker:wrong-pw@127.0.0.1:{port}/");
+    let error = connect(&bad, Some(&pki.ca_pem))
+        .await
+        .expect_err("bad password");
+    assert!(matches!(error, LockError::Auth { .. }), "{error:?}");
+    for shown in [error.to_string(), format!("{error:?}")] {
+        assert!(!shown.contains("wrong-pw"), "{shown}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_only_server_needs_the_password() {
+    let server = RedisServer::start();
+    // Set after start: the kit checks a new server with a plain PING.
+    server.cli(&["CONFIG", "SET", "requirepass", "pa55word"]);
+    let good = format!("redis://:pa55word@127.0.0.1:{}/", server.port());
+    let client = connect(&good, None).await.expect("password");
+    client
+        .lock("auth:1")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for url in [
+        format!("redis://:nope@127.0.0.1:{}/", server.port()),
+        format!("redis://127.0.0.1:{}/", server.port()),
+    ] {
+        let error = connect(&url, None).await.expect_err("no or wrong password");
+        assert!(matches!(error, LockError::Auth { .. }), "{url}: {error:?}");
+        assert!(!format!("{error:?}").contains("nope"), "{error:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_mixes_tls_and_plain_masters() {
+    let pki = Pki::new();
+    let (_tls, port) = tls_server(&pki, &[]);
+    let plain = [RedisServer::start(), RedisServer::start()];
+    let urls = vec![
+        format!("rediss://127.0.0.1:{port}/"),
+        plain[0].url(),
+        plain[1].url(),
+    ];
+    let client = tokio::time::timeout(
+        Duration::from_secs(15),
+        LockClient::builder_for(&urls)
+            .tls_root_certificate(pki.ca_pem.as_bytes().to_vec())
+            .connect(),
+    )
+    .await
+    .unwrap()
+    .expect("RedLock over TLS and plain masters");
+    let guard = client
+        .lock("mixed:1")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let info = client.inspect("mixed:1").await.unwrap().expect("held");
+    assert_eq!(info.fencing_token(), guard.fencing_token());
+    guard.release().await.unwrap();
+}

@@ -51,7 +51,10 @@
 //!   an AOF or without persistence, a lagging replica promoted), as long as the new
 //!   server's clock is not behind the old one's by more than the switch took.
 //! - **Keys**: the lock is stored under the key itself; `redlock:fence` holds the
-//!   counter; releases are published on `redlock:released:<key>`; a force-unlock leaves
+//!   counter (with RedLock, `redlock:boot` the restart marker); while clients wait,
+//!   `redlock:waitlist:<key>` and `redlock:waitlist-expiry:<key>` hold the line (they
+//!   expire a little after the last waiter's registration, at most tens of seconds
+//!   after it gave up); releases are published on `redlock:released:<key>`; a force-unlock leaves
 //!   `redlock:forced:<key>` (the evicted owner, expiring with the lease it evicted) so
 //!   that the evicted holder can tell why its lock is gone. The `redlock:`
 //!   prefix is reserved: lock keys may not start with it.
@@ -64,6 +67,16 @@
 //! fencing) and a Sentinel-watched primary ([`LockClient::sentinel`], optionally
 //! [`LockClientBuilder::confirm_replicas`]). [`LockClient::from_env`] picks one from
 //! `REDLOCK_URL`. The attribute works the same on each.
+//!
+//! # Cargo features
+//! The default build is lean: every mode (one server, RedLock, Cluster, Sentinel) over
+//! plain TCP, with the attribute. Opt in to:
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `tls` | `rediss://` URLs (rustls with its `ring` provider, through the redis crate's TLS), trusting the system's roots or [`LockClientBuilder::tls_root_certificate`]; without it a `rediss://` URL is refused at `connect()` with a message naming the feature |
+//! | `metrics` | the metrics below, through the `metrics` facade (any exporter) |
+//! | `cli` | the `redlock` command: `cargo install redlock-runtime --features cli` |
 //!
 //! # Runtime
 //! A client's connections and its watchdog live in the tokio runtime that created it.

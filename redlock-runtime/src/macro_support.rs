@@ -56,6 +56,7 @@ impl PartialEq for CurrentLock {
 impl Eq for CurrentLock {}
 
 impl CurrentLock {
+    /// The lock's key, as the attribute built it from its template (`order:42`).
     pub fn key(&self) -> &str {
         &self.key
     }

@@ -508,7 +508,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             return Err(error);
         }
         self.count_as_waiting();
-        tracing::debug!(%error, backoff = ?self.backoff, "redlock: Redis unavailable; retrying");
+        tracing::debug!(error = %error.chain(), backoff = ?self.backoff, "redlock: Redis unavailable; retrying");
         tokio::time::sleep(self.backoff).await;
         self.backoff = (self.backoff * 2).min(RETRY_BACKOFF.1);
         Ok(())

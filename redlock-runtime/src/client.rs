@@ -606,7 +606,7 @@ mod spec_tests {
                 .connect()
                 .await
                 .expect_err(spec);
-            let message = error.to_string();
+            let message = error.chain().to_string();
             assert!(message.contains("sentinel:NAME:"), "{spec}: {message}");
             assert!(message.contains("rediss://"), "{spec}: {message}");
         }

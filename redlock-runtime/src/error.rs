@@ -6,7 +6,10 @@ use std::time::Duration;
 /// Why a lock operation failed.
 ///
 /// Every variant that concerns a lock carries its key; [`LockError::key`] returns it.
-/// Long keys are shortened in messages (the full key stays in the field).
+/// Long keys are shortened in messages (the full key stays in the field). A message
+/// does not repeat its cause: the Redis error is [`source()`](std::error::Error::source),
+/// which error reporters print after it (`anyhow`'s `{:#}`, `tracing`'s error fields),
+/// and [`LockError::chain`] writes both on one line.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -19,7 +22,7 @@ pub enum LockError {
     Lost { key: String },
 
     /// Redis answered with an error, did not answer in time, or could not be reached.
-    #[error("lock `{}`: Redis failed: {source}", Preview(.key))]
+    #[error("lock `{}`: Redis failed", Preview(.key))]
     Redis {
         key: String,
         #[source]
@@ -27,7 +30,7 @@ pub enum LockError {
     },
 
     /// The client could not connect to the Redis it was given.
-    #[error("cannot connect to Redis at {url}: {source}")]
+    #[error("cannot connect to Redis at {url}")]
     Connect {
         url: String,
         #[source]
@@ -36,7 +39,7 @@ pub enum LockError {
 
     /// Redis refused the credentials of the URL (ACL user and password, or password):
     /// `WRONGPASS`, `NOAUTH` and the like.
-    #[error("Redis at {url} refused the credentials (the user and password in the URL): {source}")]
+    #[error("Redis at {url} refused the credentials (the user and password in the URL)")]
     Auth {
         url: String,
         #[source]
@@ -47,7 +50,7 @@ pub enum LockError {
     /// does not verify against the trusted roots (`tls_root_certificate`, or the
     /// system's), or a server that does not speak TLS on that port.
     #[error(
-        "TLS with Redis at {url} failed (does its certificate verify against the trusted roots? see LockClientBuilder::tls_root_certificate): {source}"
+        "TLS with Redis at {url} failed (does its certificate verify against the trusted roots? see LockClientBuilder::tls_root_certificate)"
     )]
     Tls {
         url: String,
@@ -107,6 +110,18 @@ impl LockError {
             | LockError::NoDefaultClient { key, .. } => key,
             LockError::Connect { .. } | LockError::Auth { .. } | LockError::Tls { .. } => "",
         }
+    }
+
+    /// The message and every cause after it on one line (`a: b: c`), each told once:
+    /// what a log line or a command-line tool prints.
+    ///
+    /// ```
+    /// # fn show(error: &redlock_runtime::LockError) {
+    /// eprintln!("{}", error.chain());
+    /// # }
+    /// ```
+    pub fn chain(&self) -> impl fmt::Display + '_ {
+        Chain(self)
     }
 
     /// True for [`LockError::Timeout`].
@@ -208,6 +223,27 @@ impl From<LockError> for std::io::Error {
     }
 }
 
+/// An error and its causes, each written once: a cause whose text its parent already
+/// holds (redis-rs repeats its I/O error's) is skipped.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut written = self.0.to_string();
+        f.write_str(&written)?;
+        let mut cause = self.0.source();
+        while let Some(error) = cause {
+            let text = error.to_string();
+            if !written.contains(&text) {
+                write!(f, ": {text}")?;
+                written.push_str(&text);
+            }
+            cause = error.source();
+        }
+        Ok(())
+    }
+}
+
 struct InvalidOptionsMessage<'a>(&'a str, &'a str);
 
 impl fmt::Display for InvalidOptionsMessage<'_> {
@@ -261,5 +297,23 @@ mod tests {
             key: "a\nb\0c".into(),
         };
         assert!(odd.to_string().contains("a\\nb\\0c"));
+    }
+
+    #[test]
+    fn a_message_does_not_repeat_its_cause_and_the_chain_tells_each_once() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused here");
+        let error = LockError::Connect {
+            url: "redis://127.0.0.1:1/".into(),
+            source: redis::RedisError::from(refused),
+        };
+        let message = error.to_string();
+        assert!(!message.contains("refused here"), "{message}");
+        let source = std::error::Error::source(&error)
+            .expect("the Redis error")
+            .to_string();
+        assert!(source.contains("refused here"), "{source}");
+        let chain = error.chain().to_string();
+        assert_eq!(chain.matches("refused here").count(), 1, "{chain}");
+        assert!(chain.starts_with(&message), "{chain}");
     }
 }

@@ -292,7 +292,7 @@ impl Drop for LockGuard {
             let key = std::mem::take(&mut self.key);
             async move {
                 if let Err(error) = held.release(&key).await {
-                    tracing::debug!(%error, "redlock: background release of a dropped guard");
+                    tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
                 }
             }
         }));

@@ -319,7 +319,7 @@ where
         (Ok(guard), _) => guard,
         (Err(error), Some(skipped)) if error.is_busy() => {
             // A scheduled job another instance runs: the normal case, not a failure.
-            tracing::debug!(%error, "redlock: busy; the call is skipped (on_busy = \"skip\")");
+            tracing::debug!(error = %error.chain(), "redlock: busy; the call is skipped (on_busy = \"skip\")");
             return into_result(skipped());
         }
         (Err(error), _) => return Err(from_lock_error(error)),
@@ -359,7 +359,9 @@ where
              deleted or taken); the body's result is returned, writes it made relied on the fencing token"
         ),
         // Redis unreachable: a lock we could not release runs out with its lease.
-        Err(error) => tracing::warn!(%error, "redlock: the release after the body failed"),
+        Err(error) => {
+            tracing::warn!(error = %error.chain(), "redlock: the release after the body failed")
+        }
     }
     result
 }

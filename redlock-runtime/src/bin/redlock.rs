@@ -78,7 +78,7 @@ struct Failure(String);
 
 impl From<LockError> for Failure {
     fn from(error: LockError) -> Self {
-        Failure(error.to_string())
+        Failure(error.chain().to_string())
     }
 }
 
@@ -230,7 +230,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 let info = match client.inspect(&key).await {
                     Ok(info) => info,
                     Err(error) => {
-                        eprintln!("redlock: {error} (still watching)");
+                        eprintln!("redlock: {} (still watching)", error.chain());
                         last = None;
                         tokio::select! {
                             _ = &mut stop => return Ok(ExitCode::SUCCESS),

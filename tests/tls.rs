@@ -249,3 +249,168 @@ async fn redlock_mixes_tls_and_plain_masters() {
     assert_eq!(info.fencing_token(), guard.fencing_token());
     guard.release().await.unwrap();
 }
+
+/// A Redis Cluster whose nodes speak only TLS (clients, cluster bus and replication),
+/// started by hand: the kit's servers are checked over plain TCP.
+struct TlsCluster {
+    nodes: Vec<std::process::Child>,
+    ports: Vec<u16>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl TlsCluster {
+    fn start(pki: &Pki, masters: usize) -> Self {
+        let binary = redlock_testkit::redis_server_binary().expect("redis-server");
+        let (mut nodes, mut ports, mut dirs) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..masters {
+            let dir = tempfile::Builder::new()
+                .prefix("redlock-tls-cluster-")
+                .tempdir()
+                .unwrap();
+            let port = free_port();
+            let child = std::process::Command::new(&binary)
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--tls-cert-file", &pki.path("server.pem")])
+                .args(["--tls-key-file", &pki.path("server.key")])
+                .args(["--tls-ca-cert-file", &pki.path("ca.pem")])
+                .args(["--tls-auth-clients", "no", "--tls-cluster", "yes"])
+                .args(["--tls-replication", "yes", "--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args([
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args(["--bind", "127.0.0.1", "--dir", dir.path().to_str().unwrap()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn a TLS cluster node");
+            nodes.push(child);
+            ports.push(port);
+            dirs.push(dir);
+        }
+        let cluster = TlsCluster {
+            nodes,
+            ports,
+            _dirs: dirs,
+        };
+        let ca = pki.path("ca.pem");
+        let cli = |args: &[&str]| {
+            std::process::Command::new("redis-cli")
+                .args(["--tls", "--cacert", &ca])
+                .args(args)
+                .output()
+                .expect("run redis-cli")
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for port in &cluster.ports {
+            while !String::from_utf8_lossy(&cli(&["-p", &port.to_string(), "PING"]).stdout)
+                .contains("PONG")
+            {
+                assert!(Instant::now() < deadline, "a TLS node did not start");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let addresses: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
+        let mut create = vec!["--cluster", "create"];
+        create.extend(addresses.iter().map(String::as_str));
+        create.push("--cluster-yes");
+        let created = cli(&create);
+        assert!(created.status.success(), "{created:?}");
+        let first = cluster.ports[0].to_string();
+        while !String::from_utf8_lossy(&cli(&["-p", &first, "CLUSTER", "INFO"]).stdout)
+            .contains("cluster_state:ok")
+        {
+            assert!(Instant::now() < deadline, "the TLS cluster did not form");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|port| format!("rediss://127.0.0.1:{port}/"))
+            .collect()
+    }
+}
+
+impl Drop for TlsCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_locks_on_every_shard() {
+    let pki = Pki::new();
+    let cluster = TlsCluster::start(&pki, 3);
+    let client = tokio::time::timeout(
+        Duration::from_secs(15),
+        LockClient::builder_for(cluster.urls())
+            .cluster()
+            .tls_root_certificate(pki.ca_pem.as_bytes().to_vec())
+            .connect(),
+    )
+    .await
+    .unwrap()
+    .expect("Cluster over TLS");
+    // Ten keys, spread over the shards by their slots.
+    let keys: Vec<String> = (b'a'..=b'j')
+        .map(|c| format!("tls:{}", c as char))
+        .collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(
+            client
+                .lock(key.as_str())
+                .lease(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let listed: Vec<String> = client
+        .locks("tls:*")
+        .await
+        .unwrap()
+        .iter()
+        .map(|info| info.key().to_owned())
+        .collect();
+    assert_eq!(listed, keys);
+    // A waiter on another client is woken over TLS (sharded pub/sub) by the release.
+    let other = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .tls_root_certificate(pki.ca_pem.as_bytes().to_vec())
+        .connect()
+        .await
+        .unwrap();
+    let first = guards.remove(0);
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("tls:a")
+            .wait(Duration::from_secs(8))
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .map(|guard| guard.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap() > token);
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

@@ -414,3 +414,114 @@ async fn a_cluster_over_tls_locks_on_every_shard() {
         guard.release().await.unwrap();
     }
 }
+
+/// A TLS-only primary watched by one TLS-only sentinel, started by hand.
+struct TlsSentinel {
+    children: Vec<std::process::Child>,
+    sentinel_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsSentinel {
+    fn start(pki: &Pki) -> Self {
+        let binary = redlock_testkit::redis_server_binary().expect("redis-server");
+        let dir = tempfile::Builder::new()
+            .prefix("redlock-tls-sentinel-")
+            .tempdir()
+            .unwrap();
+        let tls = [
+            format!("tls-cert-file {}", pki.path("server.pem")),
+            format!("tls-key-file {}", pki.path("server.key")),
+            format!("tls-ca-cert-file {}", pki.path("ca.pem")),
+            "tls-auth-clients no".into(),
+            "tls-replication yes".into(),
+            "bind 127.0.0.1".into(),
+            "port 0".into(),
+            String::new(),
+        ]
+        .join("\n");
+        let (primary_port, sentinel_port) = (free_port(), free_port());
+        let spawn = |name: &str, config: String, sentinel: bool| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, config).unwrap();
+            let mut command = std::process::Command::new(&binary);
+            command.arg(&path);
+            if sentinel {
+                command.arg("--sentinel");
+            }
+            command
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn a TLS server")
+        };
+        let primary = spawn(
+            "primary.conf",
+            format!("{tls}tls-port {primary_port}\nsave \"\"\nappendonly no\n"),
+            false,
+        );
+        let sentinel = spawn(
+            "sentinel.conf",
+            format!(
+                "{tls}tls-port {sentinel_port}\nsentinel monitor mymaster 127.0.0.1 {primary_port} 1\n"
+            ),
+            true,
+        );
+        let setup = TlsSentinel {
+            children: vec![primary, sentinel],
+            sentinel_port,
+            _dir: dir,
+        };
+        let ca = pki.path("ca.pem");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let answer = std::process::Command::new("redis-cli")
+                .args(["--tls", "--cacert", &ca, "-p", &sentinel_port.to_string()])
+                .args(["SENTINEL", "get-master-addr-by-name", "mymaster"])
+                .output()
+                .expect("run redis-cli");
+            if String::from_utf8_lossy(&answer.stdout).contains(&primary_port.to_string()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the TLS sentinel did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        setup
+    }
+}
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_finds_and_locks_the_primary() {
+    let pki = Pki::new();
+    let setup = TlsSentinel::start(&pki);
+    let url = format!("rediss://127.0.0.1:{}/", setup.sentinel_port);
+    let client = tokio::time::timeout(
+        Duration::from_secs(15),
+        LockClient::builder_for([url.as_str()])
+            .sentinel("mymaster")
+            .tls_root_certificate(pki.ca_pem.as_bytes().to_vec())
+            .connect(),
+    )
+    .await
+    .unwrap()
+    .expect("Sentinel over TLS");
+    let guard = client
+        .lock("tls:sentinel")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let info = client.inspect("tls:sentinel").await.unwrap().expect("held");
+    assert_eq!(info.fencing_token(), guard.fencing_token());
+    guard.release().await.unwrap();
+}

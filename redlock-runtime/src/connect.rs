@@ -111,6 +111,7 @@ pub(crate) async fn sentinel(
         service,
         redis_settings,
         manager_config(config, &handler),
+        config.tls_root_certificate.as_deref(),
     )
     .await
     .map_err(|source| LockError::connect(&url, source))?;

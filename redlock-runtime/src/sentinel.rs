@@ -15,6 +15,42 @@ use redis::{Cmd, Pipeline, ProtocolVersion, RedisError, RedisFuture, RedisResult
 
 type OnSwitch = Box<dyn Fn() + Send + Sync>;
 
+/// A sentinel client trusting `pem` for the sentinels and for the data nodes, with the
+/// sentinel URLs' credentials and database for both.
+#[cfg(feature = "tls")]
+fn with_certificates(
+    sentinels: &[redis::ConnectionInfo],
+    service: &str,
+    settings: &redis::RedisConnectionInfo,
+    pem: &[u8],
+) -> RedisResult<SentinelClient> {
+    let certificates = || redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    };
+    let mut builder = redis::sentinel::SentinelClientBuilder::new(
+        sentinels.iter().map(|info| info.addr().clone()),
+        service,
+        SentinelServerType::Master,
+    )?
+    .set_client_to_sentinel_certificates(certificates())
+    .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+    .set_client_to_redis_certificates(certificates())
+    .set_client_to_redis_protocol(ProtocolVersion::RESP3)
+    .set_client_to_redis_db(settings.db());
+    if let Some(username) = settings.username() {
+        builder = builder
+            .set_client_to_sentinel_username(username)
+            .set_client_to_redis_username(username);
+    }
+    if let Some(password) = settings.password() {
+        builder = builder
+            .set_client_to_sentinel_password(password)
+            .set_client_to_redis_password(password);
+    }
+    builder.build()
+}
+
 /// Cheap to clone; every clone follows the same primary.
 #[derive(Clone)]
 pub(crate) struct SentinelConnection {
@@ -39,22 +75,38 @@ struct Primary {
 }
 
 impl SentinelConnection {
+    /// `root_certificate`: a private CA (PEM) for `rediss://` sentinels and the data
+    /// nodes they name (which are reached over TLS when the sentinels are).
     pub(crate) async fn connect(
         sentinels: Vec<redis::ConnectionInfo>,
         service: &str,
         redis_settings: redis::RedisConnectionInfo,
         config: ConnectionManagerConfig,
+        root_certificate: Option<&[u8]>,
     ) -> RedisResult<Self> {
-        let node_info = SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(redis_settings.set_protocol(ProtocolVersion::RESP3));
-        // An owned name fits both signatures of `build` (with and without redis's TLS).
-        let service = String::from(service);
-        let mut client = SentinelClient::build(
-            sentinels,
-            service,
-            Some(node_info),
-            SentinelServerType::Master,
-        )?;
+        let tls = sentinels
+            .iter()
+            .any(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        let mut client = match root_certificate {
+            #[cfg(feature = "tls")]
+            Some(pem) if tls => with_certificates(&sentinels, service, &redis_settings, pem)?,
+            _ => {
+                let mut node_info = SentinelNodeConnectionInfo::default()
+                    .set_redis_connection_info(redis_settings.set_protocol(ProtocolVersion::RESP3));
+                if tls {
+                    node_info = node_info.set_tls_mode(redis::TlsMode::Secure);
+                }
+                let _ = root_certificate;
+                // An owned name fits both signatures of `build` (with and without TLS).
+                let service = String::from(service);
+                SentinelClient::build(
+                    sentinels,
+                    service,
+                    Some(node_info),
+                    SentinelServerType::Master,
+                )?
+            }
+        };
         let primary = client.async_get_client().await?;
         let address = primary.get_connection_info().addr().to_string();
         let connection =

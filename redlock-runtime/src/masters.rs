@@ -26,8 +26,10 @@
 //! - **Renew, extend, release** are decided by a majority too (confirmed, or denied);
 //!   masters that have not answered then finish in the background.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -199,6 +201,11 @@ impl Masters {
         }
         let sent_at = Instant::now();
         let limit = self.node_timeout(lease);
+        let sent: Vec<Arc<AtomicBool>> = self
+            .nodes
+            .iter()
+            .map(|_| Arc::new(AtomicBool::new(false)))
+            .collect();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
@@ -208,7 +215,8 @@ impl Masters {
                 let (key, owner) = (key.to_owned(), owner.to_owned());
                 let quarantine_ms = Some(self.max_lease.as_millis() as u64);
                 let name = self.name.clone();
-                async move {
+                let sent = sent[index].clone();
+                FirstPolled::new(sent, async move {
                     let request = AttemptRequest {
                         key: &key,
                         owner: &owner,
@@ -220,7 +228,7 @@ impl Masters {
                     };
                     let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
                     (index, reply.ok().and_then(Result::ok))
-                }
+                })
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());
@@ -238,6 +246,19 @@ impl Masters {
                 None => break Decision::Lost,
             }
         };
+        // Every master's script goes out before the outcome is used. `FuturesUnordered`
+        // may hand back a majority before it first polled a slow master's attempt, which
+        // is when its script is queued on that master's connection; a release queued
+        // first would find nothing there, and the late script would then take a lock
+        // nobody releases (tests/releases.rs caught it, about 1 run in 50). Queued
+        // first, the script runs before anything sent after it on that connection.
+        while sent.iter().any(|sent| !sent.load(Ordering::Acquire)) {
+            match std::future::poll_fn(|cx| Poll::Ready(pending.poll_next_unpin(cx))).await {
+                Poll::Ready(Some((index, reply))) => tally.record(index, reply),
+                Poll::Ready(None) => break,
+                Poll::Pending => tokio::task::yield_now().await,
+            }
+        }
         if decision == Decision::Lost && !tally.may_reach_quorum() {
             // Out of reach whatever the others say: no hurry, and their answers make
             // the error tell how many masters were there.
@@ -629,6 +650,33 @@ fn validity_of(lease: Duration, redlock: bool) -> Duration {
 
 fn quorum_of(masters: usize) -> usize {
     masters / 2 + 1
+}
+
+/// A future that records that it was polled once (and so, for a Redis command, that
+/// the command was handed to its connection).
+struct FirstPolled<F> {
+    inner: Pin<Box<F>>,
+    sent: Arc<AtomicBool>,
+}
+
+impl<F: Future> FirstPolled<F> {
+    fn new(sent: Arc<AtomicBool>, inner: F) -> Self {
+        FirstPolled {
+            inner: Box::pin(inner),
+            sent,
+        }
+    }
+}
+
+impl<F: Future> Future for FirstPolled<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<F::Output> {
+        let polled = self.inner.as_mut().poll(cx);
+        // Set after the poll: by then the command is queued.
+        self.sent.store(true, Ordering::Release);
+        polled
+    }
 }
 
 /// The lock the masters' answers agree on: an owner seen by at least `quorum` of them,

@@ -143,11 +143,12 @@ if ARGV[3] ~= '' and owned_by(redis.pcall('GET', KEYS[1]), ARGV[3]) then
   redis.call('DEL', KEYS[1])
   handed_off = 1
 end
-local acquired = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+-- Free, or reserved for this waiter: the lock is written once, below, with its token
+-- (the script is atomic, so checking first and writing after is the same as SET NX).
+local acquired = redis.call('EXISTS', KEYS[1]) == 0
 local reserved = false
 if not acquired and ARGV[4] ~= '' and redis.pcall('GET', KEYS[1]) == 'reserved:' .. ARGV[4] then
-  redis.call('DEL', KEYS[1])
-  acquired = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  acquired = true
   reserved = true
 end
 if acquired then
@@ -162,7 +163,8 @@ if acquired then
     redis.call(ARGV[8], ARGV[7], 'T:' .. ARGV[2])
   end
   local now = redis.call('TIME')
-  local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local clock = micros
   local token = tonumber(clock)
   local last = tonumber(redis.call('SET', KEYS[2], clock, 'GET'))
   if last and last >= token then
@@ -171,8 +173,8 @@ if acquired then
     clock = string.format('%.0f', token)
     redis.call('SET', KEYS[2], clock)
   end
-  -- Who holds it, with which token, since when: read by `inspect`.
-  local since = string.sub(now[1] .. string.rep('0', 6 - #now[2]) .. now[2], 1, -4)
+  -- Who holds it, with which token, since when (ms): read by `inspect`.
+  local since = string.sub(micros, 1, -4)
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since .. ' ' .. ARGV[10], 'PX', ARGV[2])
   return {{1, token, handed_off, boot}}
 end

@@ -2,10 +2,20 @@
 # Runs the whole test suite: unit tests, integration tests against throwaway
 # redis-server processes on free loopback ports, compile-fail (trybuild) tests,
 # the examples with small parameters, and the doc tests. The tests build the runtime
-# with its `tls` and `metrics` features (and the `redlock` command with `cli`); the
-# lean default build, with no feature, is checked first.
+# with every feature (and the `redlock` command with `cli`); first the lean default
+# build and each feature on its own are checked, the docs built with every feature
+# (warnings denied), and the two published crates packaged and built from their
+# packages (`cargo package`, offline: every dependency was fetched by the checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
-cargo check --locked -p redlock-runtime --no-default-features --lib
+for features in "" cluster sentinel tls metrics; do
+    echo "== cargo check -p redlock-runtime --no-default-features --features '$features'" >&2
+    cargo check --locked --quiet -p redlock-runtime --no-default-features --features "$features" --lib
+done
+echo "== cargo doc --all-features (warnings denied)" >&2
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet --no-deps --all-features \
+    -p redlock-runtime -p redlock-macros
+echo "== cargo package -p redlock-macros -p redlock-runtime" >&2
+cargo package --locked --offline --quiet --allow-dirty -p redlock-macros -p redlock-runtime
 cargo test --workspace --locked "$@"

@@ -66,11 +66,27 @@ impl LockClient {
                 .collect::<Vec<_>>()
         };
         let mut builder = if let Some(seeds) = spec.strip_prefix("cluster:") {
-            Self::builder_for(urls(seeds)).cluster()
+            let builder = Self::builder_for(urls(seeds));
+            #[cfg(feature = "cluster")]
+            let builder = builder.cluster();
+            #[cfg(not(feature = "cluster"))]
+            let builder = builder.needs_feature("a `cluster:` spec", "cluster");
+            builder
         } else if let Some(rest) = spec.strip_prefix("sentinel:") {
             let (service, sentinels) = rest.split_once(':').unwrap_or((rest, ""));
-            let mut builder = Self::builder_for(urls(sentinels)).sentinel(service);
-            if service.is_empty() || sentinels.starts_with("//") {
+            let mut builder = Self::builder_for(urls(sentinels));
+            #[cfg(feature = "sentinel")]
+            {
+                builder = builder.sentinel(service);
+            }
+            #[cfg(not(feature = "sentinel"))]
+            {
+                builder = builder.needs_feature("a `sentinel:` spec", "sentinel");
+            }
+            // A missing feature is the first thing to fix.
+            let named = builder.spec_problem.is_some()
+                || !(service.is_empty() || sentinels.starts_with("//"));
+            if !named {
                 // `sentinel:redis://h/`: the service name is missing, `redis` was taken for it.
                 builder.spec_problem = Some(format!(
                     "`{}` names no Sentinel service: write `sentinel:NAME:redis://host:26379/`",
@@ -88,6 +104,8 @@ impl LockClient {
     }
 
     /// The primary that Redis Sentinel names for `service`, followed across failovers.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn sentinel<I, S>(sentinels: I, service: &str) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -102,6 +120,8 @@ impl LockClient {
     /// A Redis Cluster, reached through some of its nodes. Each lock lives on the shard
     /// that owns its key's slot; its fencing counter and release channel (sharded
     /// pub/sub) are in the same slot.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn cluster<I, S>(seeds: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -323,8 +343,10 @@ const SPEC_FORMS: &str = "expected `redis://[user:password@]host[:port][/db]` (o
 enum Topology {
     /// One server, or RedLock's independent masters.
     Masters,
+    #[cfg(feature = "cluster")]
     Cluster,
     /// Sentinels watching the named primary.
+    #[cfg(feature = "sentinel")]
     Sentinel(String),
 }
 
@@ -370,6 +392,8 @@ impl LockClientBuilder {
     }
 
     /// Treats the URLs as seed nodes of one Redis Cluster instead of RedLock masters.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster(mut self) -> Self {
         self.topology = Topology::Cluster;
         self
@@ -377,6 +401,8 @@ impl LockClientBuilder {
 
     /// Treats the URLs as Redis Sentinels and locks on the primary they name for
     /// `service`, following it after a failover.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel(mut self, service: &str) -> Self {
         self.topology = Topology::Sentinel(service.to_owned());
         self
@@ -438,6 +464,16 @@ impl LockClientBuilder {
     /// ```
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.config.tls_root_certificate = Some(pem.into());
+        self
+    }
+
+    /// A spec this build cannot serve: reported by `connect`, naming the feature.
+    #[cfg(not(all(feature = "cluster", feature = "sentinel")))]
+    fn needs_feature(mut self, what: &str, feature: &str) -> Self {
+        self.spec_problem = Some(format!(
+            "{what} needs redlock-runtime's `{feature}` feature: add `features = [\"{feature}\"]` \
+             to the redlock-runtime dependency"
+        ));
         self
     }
 
@@ -504,6 +540,7 @@ impl LockClientBuilder {
         config
             .validate(redlock)
             .map_err(LockError::invalid_settings)?;
+        #[cfg(feature = "cluster")]
         if config.confirm_replicas.is_some() && matches!(self.topology, Topology::Cluster) {
             return Err(LockError::invalid_settings(
                 "confirm_replicas is for one server or Sentinel, not Redis Cluster",
@@ -511,10 +548,12 @@ impl LockClientBuilder {
         }
         let nodes = match &self.topology {
             Topology::Masters => Self::connect_masters(targets, &config).await?,
+            #[cfg(feature = "cluster")]
             Topology::Cluster => {
                 let seeds = targets.into_iter().map(|(info, _)| info).collect();
                 vec![connect::cluster(seeds, url.clone(), &config).await?]
             }
+            #[cfg(feature = "sentinel")]
             Topology::Sentinel(service) => {
                 let sentinels = targets.into_iter().map(|(info, _)| info).collect();
                 vec![
@@ -546,13 +585,17 @@ impl LockClientBuilder {
 
 #[cfg(test)]
 mod spec_tests {
-    use super::{LockClient, Topology};
+    use super::LockClient;
+    #[cfg(all(feature = "cluster", feature = "sentinel"))]
+    use super::Topology;
 
+    #[cfg(all(feature = "cluster", feature = "sentinel"))]
     fn parsed(spec: &str) -> (usize, String) {
         let builder = LockClient::builder_from_spec(spec);
         (builder.targets.len(), format!("{:?}", builder.topology))
     }
 
+    #[cfg(all(feature = "cluster", feature = "sentinel"))]
     #[test]
     fn redlock_url_chooses_the_mode() {
         assert_eq!(parsed("redis://a:6379/"), (1, "Masters".into()));
@@ -574,6 +617,7 @@ mod spec_tests {
         ));
     }
 
+    #[cfg(all(feature = "cluster", feature = "sentinel"))]
     #[test]
     fn spec_mistakes_are_caught_before_connecting() {
         let problem = |spec: &str| LockClient::builder_from_spec(spec).spec_problem;
@@ -591,6 +635,27 @@ mod spec_tests {
         assert!(problem("").is_some());
         assert!(problem("sentinel:mymaster:redis://s1:26379/").is_none());
         assert!(problem("redis://a/,redis://b/,redis://c/").is_none());
+    }
+
+    #[cfg(not(all(feature = "cluster", feature = "sentinel")))]
+    #[tokio::test]
+    async fn a_mode_left_out_of_the_build_is_refused_naming_its_feature() {
+        for (spec, feature) in [
+            ("cluster:redis://127.0.0.1:1/", "cluster"),
+            ("sentinel:mymaster:redis://127.0.0.1:1/", "sentinel"),
+        ] {
+            let refused = LockClient::builder_from_spec(spec).connect().await;
+            if (feature == "cluster" && cfg!(feature = "cluster"))
+                || (feature == "sentinel" && cfg!(feature = "sentinel"))
+            {
+                continue;
+            }
+            let message = refused.expect_err(spec).chain().to_string();
+            assert!(
+                message.contains(&format!("`{feature}` feature")),
+                "{spec}: {message}"
+            );
+        }
     }
 
     #[tokio::test]

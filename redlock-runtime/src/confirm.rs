@@ -8,11 +8,13 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisResult};
 
 use crate::config::ClientConfig;
+#[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
 /// Where the connections for confirmed acquisitions go.
 pub(crate) enum Primary {
     Server(Box<redis::Client>),
+    #[cfg(feature = "sentinel")]
     Sentinel(SentinelConnection),
 }
 
@@ -40,6 +42,7 @@ impl Confirming {
     pub(crate) async fn checkout(&self) -> RedisResult<(u64, MultiplexedConnection)> {
         let (generation, client) = match &self.primary {
             Primary::Server(client) => (0, (**client).clone()),
+            #[cfg(feature = "sentinel")]
             Primary::Sentinel(sentinel) => sentinel.current_client(),
         };
         let reused = {

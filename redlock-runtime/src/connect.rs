@@ -2,6 +2,7 @@
 //! the primary Sentinel names — in RESP3, with release notifications on the same
 //! connection; each gives a [`Node`].
 
+#[cfg(feature = "sentinel")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use crate::connection::Connection;
 use crate::error::LockError;
 use crate::node::Node;
 use crate::notify::{self, ReleaseNotifications};
+#[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
 /// Connects in RESP3, so that release notifications arrive on the same connection.
@@ -59,6 +61,7 @@ pub(crate) async fn server(
     Ok(node)
 }
 
+#[cfg(feature = "cluster")]
 /// Connects to a Redis Cluster through its seed nodes (RESP3, sharded pub/sub);
 /// the cluster client follows MOVED/ASK redirections and failovers.
 pub(crate) async fn cluster(
@@ -93,6 +96,7 @@ pub(crate) async fn cluster(
     Ok(node)
 }
 
+#[cfg(feature = "sentinel")]
 /// Connects to the primary the sentinels name for `service`, following failovers.
 pub(crate) async fn sentinel(
     sentinels: Vec<redis::ConnectionInfo>,
@@ -149,6 +153,7 @@ fn certificates(pem: &[u8]) -> redis::TlsCertificates {
     }
 }
 
+#[cfg(feature = "cluster")]
 fn with_root_certificate(
     builder: redis::cluster::ClusterClientBuilder,
     config: &ClientConfig,

@@ -2,24 +2,29 @@
 //! Redis Cluster; and where each lock's companion keys and channel live on it.
 
 use std::borrow::Cow;
+#[cfg(feature = "cluster")]
 use std::sync::LazyLock;
-
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
 use std::time::Duration;
 
+use redis::aio::{ConnectionLike, ConnectionManager};
+#[cfg(feature = "cluster")]
+use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
 use crate::scripts;
+#[cfg(feature = "sentinel")]
 use crate::sentinel::SentinelConnection;
 
 /// One multiplexed connection; both kinds reconnect (and resubscribe) by themselves.
 #[derive(Clone)]
 pub(crate) enum Connection {
     Server(ConnectionManager),
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
+    #[cfg(feature = "sentinel")]
     Sentinel(SentinelConnection),
 }
 
@@ -27,7 +32,9 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Server(connection) => connection.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
             Connection::Sentinel(connection) => connection.req_packed_command(cmd),
         }
     }
@@ -42,9 +49,11 @@ impl ConnectionLike for Connection {
             Connection::Server(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            #[cfg(feature = "cluster")]
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            #[cfg(feature = "sentinel")]
             Connection::Sentinel(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
@@ -54,7 +63,9 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Connection::Server(connection) => connection.get_db(),
+            #[cfg(feature = "cluster")]
             Connection::Cluster(connection) => connection.get_db(),
+            #[cfg(feature = "sentinel")]
             Connection::Sentinel(connection) => connection.get_db(),
         }
     }
@@ -62,14 +73,19 @@ impl ConnectionLike for Connection {
 
 impl Connection {
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(_))
+        #[cfg(feature = "cluster")]
+        return matches!(self, Connection::Cluster(_));
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     /// SUBSCRIBE, or SSUBSCRIBE (sharded, to the key's own shard) on a cluster.
     pub(crate) async fn subscribe(&mut self, channel: impl ToRedisArgs) -> RedisResult<()> {
         match self {
             Connection::Server(connection) => connection.subscribe(channel).await,
+            #[cfg(feature = "cluster")]
             Connection::Cluster(connection) => connection.ssubscribe(channel).await,
+            #[cfg(feature = "sentinel")]
             Connection::Sentinel(connection) => connection.current().1.subscribe(channel).await,
         }
     }
@@ -77,46 +93,53 @@ impl Connection {
     pub(crate) async fn unsubscribe(&mut self, channel: impl ToRedisArgs) -> RedisResult<()> {
         match self {
             Connection::Server(connection) => connection.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
             Connection::Cluster(connection) => connection.sunsubscribe(channel).await,
+            #[cfg(feature = "sentinel")]
             Connection::Sentinel(connection) => connection.current().1.unsubscribe(channel).await,
+        }
+    }
+
+    /// On a cluster, the hash tag that puts a lock's companion keys and channel in the
+    /// lock key's slot (a script may only touch one slot); nothing elsewhere.
+    fn slot_tag_for(&self, key: &str) -> Option<&'static str> {
+        match self {
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(_) => Some(slot_tag(slot_of(key.as_bytes()))),
+            _ => {
+                let _ = key;
+                None
+            }
         }
     }
 
     /// The fencing counter a lock on `key` uses.
     ///
     /// On one server: one counter for every lock. On a cluster the counter must share
-    /// the lock key's slot (a script may only touch one slot), so there is one counter
-    /// per slot — at most 16384 keys, however many lock names are used — named with a
-    /// hash tag chosen to land in that slot.
+    /// the lock key's slot, so there is one counter per slot — at most 16384 keys,
+    /// however many lock names are used — named with a hash tag chosen to land in that
+    /// slot.
     pub(crate) fn fence_key(&self, key: &str) -> Cow<'static, str> {
-        match self {
-            Connection::Server(_) | Connection::Sentinel(_) => Cow::Borrowed(scripts::FENCE_KEY),
-            Connection::Cluster(_) => Cow::Owned(format!(
-                "{}:{{{}}}",
-                scripts::FENCE_KEY,
-                slot_tag(slot_of(key.as_bytes()))
-            )),
+        match self.slot_tag_for(key) {
+            None => Cow::Borrowed(scripts::FENCE_KEY),
+            Some(tag) => Cow::Owned(format!("{}:{{{tag}}}", scripts::FENCE_KEY)),
         }
     }
 
     /// The channel a release of `key` is published on (in the key's slot on a cluster).
     pub(crate) fn release_channel(&self, key: &str) -> String {
-        match self {
-            Connection::Server(_) | Connection::Sentinel(_) => scripts::release_channel(key),
-            Connection::Cluster(_) => format!(
-                "{{{}}}{}",
-                slot_tag(slot_of(key.as_bytes())),
-                scripts::release_channel(key)
-            ),
+        match self.slot_tag_for(key) {
+            None => scripts::release_channel(key),
+            Some(tag) => format!("{{{tag}}}{}", scripts::release_channel(key)),
         }
     }
 
     /// The keys of `key`'s waitlist: arrival order, and expiry of each
     /// registration (in the key's slot on a cluster). They exist only while waiters do.
     pub(crate) fn waitlist_keys(&self, key: &str) -> [String; 2] {
-        let tag = match self {
-            Connection::Server(_) | Connection::Sentinel(_) => String::new(),
-            Connection::Cluster(_) => format!("{{{}}}", slot_tag(slot_of(key.as_bytes()))),
+        let tag = match self.slot_tag_for(key) {
+            None => String::new(),
+            Some(tag) => format!("{{{tag}}}"),
         };
         [
             format!("{tag}{}{key}", scripts::WAITLIST_PREFIX),
@@ -129,14 +152,7 @@ impl Connection {
     /// appear twice (SCAN's guarantee) or not at all if created meanwhile.
     pub(crate) async fn scan_strings(&self, pattern: &str) -> RedisResult<Vec<String>> {
         match self {
-            Connection::Server(_) | Connection::Sentinel(_) => {
-                let connection = self.clone();
-                scan_on(pattern, move |cmd| {
-                    let mut connection = connection.clone();
-                    async move { cmd.query_async::<Value>(&mut connection).await }
-                })
-                .await
-            }
+            #[cfg(feature = "cluster")]
             Connection::Cluster(cluster) => {
                 let mut found = Vec::new();
                 for (host, port) in primaries(cluster.clone()).await? {
@@ -156,14 +172,23 @@ impl Connection {
                 }
                 Ok(found)
             }
+            _ => {
+                let connection = self.clone();
+                scan_on(pattern, move |cmd| {
+                    let mut connection = connection.clone();
+                    async move { cmd.query_async::<Value>(&mut connection).await }
+                })
+                .await
+            }
         }
     }
 
     /// The command the release script publishes with.
     pub(crate) fn publish_command(&self) -> &'static str {
-        match self {
-            Connection::Server(_) | Connection::Sentinel(_) => "PUBLISH",
-            Connection::Cluster(_) => "SPUBLISH",
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
         }
     }
 }
@@ -198,6 +223,7 @@ where
     }
 }
 
+#[cfg(feature = "cluster")]
 /// The addresses of a cluster's primaries (`CLUSTER SLOTS`: each range's first node).
 async fn primaries(mut cluster: ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
     let ranges: Vec<Value> = redis::from_redis_value(
@@ -270,6 +296,7 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
 }
 
+#[cfg(feature = "cluster")]
 /// A short hash tag for each slot: the first base-36 string found that lands there.
 static SLOT_TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
     let mut tags = vec![String::new(); SLOTS as usize];
@@ -287,10 +314,12 @@ static SLOT_TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
     tags
 });
 
+#[cfg(feature = "cluster")]
 fn slot_tag(slot: u16) -> &'static str {
     &SLOT_TAGS[slot as usize]
 }
 
+#[cfg(feature = "cluster")]
 fn base36(mut number: u64) -> String {
     const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut text = Vec::new();
@@ -320,6 +349,7 @@ mod tests {
         assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
     }
 
+    #[cfg(feature = "cluster")]
     #[test]
     fn every_slot_has_a_tag_that_lands_in_it() {
         for slot in 0..SLOTS {

@@ -63,20 +63,27 @@
 //! # Modes
 //! One server ([`LockClient::connect`]), RedLock over independent masters
 //! ([`LockClient::redlock`]: majority, validity with clock drift, fencing written back to
-//! the majority), Redis Cluster ([`LockClient::cluster`]: sharded pub/sub, per-slot
-//! fencing) and a Sentinel-watched primary ([`LockClient::sentinel`], optionally
+//! the majority), Redis Cluster ([`LockClient::cluster`], feature `cluster`: sharded
+//! pub/sub, per-slot fencing) and a Sentinel-watched primary ([`LockClient::sentinel`],
+//! feature `sentinel`; optionally
 //! [`LockClientBuilder::confirm_replicas`]). [`LockClient::from_env`] picks one from
 //! `REDLOCK_URL`. The attribute works the same on each.
 //!
 //! # Cargo features
-//! The default build is lean: every mode (one server, RedLock, Cluster, Sentinel) over
-//! plain TCP, with the attribute. Opt in to:
+//! The default build is lean: one server and RedLock over plain TCP, with the
+//! attribute, the watchdog, fencing and wake-ups. Opt in to:
 //!
 //! | feature | adds |
 //! |---|---|
+//! | `cluster` | Redis Cluster: [`LockClient::cluster`], [`LockClientBuilder::cluster`], `cluster:` specs in `REDLOCK_URL` (the redis crate's async cluster client) |
+//! | `sentinel` | a primary that Redis Sentinel names, followed across failovers: [`LockClient::sentinel`], [`LockClientBuilder::sentinel`], `sentinel:NAME:` specs (the redis crate's Sentinel client) |
 //! | `tls` | `rediss://` URLs (rustls with its `ring` provider, through the redis crate's TLS), trusting the system's roots or [`LockClientBuilder::tls_root_certificate`]; without it a `rediss://` URL is refused at `connect()` with a message naming the feature |
 //! | `metrics` | the metrics below, through the `metrics` facade (any exporter) |
-//! | `cli` | the `redlock` command: `cargo install redlock-runtime --features cli` |
+//! | `cli` | the `redlock` command: `cargo install redlock-runtime --features cli` (with `cluster`, `sentinel` and `tls`, so that it reaches every mode) |
+//!
+//! Without `cluster` (or `sentinel`), a `cluster:` (or `sentinel:`) spec is refused at
+//! `connect()` with a [`LockError::Connect`] naming the feature to add; the items that
+//! need a feature are marked with it on docs.rs.
 //!
 //! # Runtime
 //! A client's connections and its watchdog live in the tokio runtime that created it.
@@ -180,6 +187,8 @@
 //! primitive adds its scripts (in `scripts`, with a reply parsed in `node`), its
 //! operation in `masters`, and a `Kind` with a request builder beside `acquire`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod acquire;
 mod cleanup;
 mod client;
@@ -199,6 +208,7 @@ mod node;
 mod notify;
 mod operate;
 mod scripts;
+#[cfg(feature = "sentinel")]
 mod sentinel;
 mod state;
 mod turn;

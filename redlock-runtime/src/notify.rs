@@ -25,6 +25,7 @@ use crate::connection::Connection;
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
     /// The connection moved to another server (a Sentinel failover): subscribe anew.
+    #[cfg(feature = "sentinel")]
     Resubscribe,
 }
 
@@ -215,6 +216,7 @@ impl ReleaseNotifications {
 
     /// After the connection moved to another server: renew every subscription there
     /// and wake every waiter, since releases on the old server were never seen.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn connection_moved(&self) {
         let _ = self.requests.send(Request::Resubscribe);
         self.wake_every_channel();
@@ -369,6 +371,7 @@ async fn run_subscriptions(
                 }
                 let _ = confirm.send(result);
             }
+            #[cfg(feature = "sentinel")]
             Request::Resubscribe => {
                 for channel in &subscribed {
                     match connection.subscribe(channel).await {

@@ -302,7 +302,15 @@ fn resolve(
             });
         }
     };
-    let field_span = span;
+    // The fields are where a typo is reported (rustc's E0609 "no field `warehous` on type
+    // `&Inventory`", which names the field and the type). On the key literal's own span,
+    // rustc would add "a field with a similar name exists" as a suggestion replacing that
+    // span, i.e. the whole key, with the bare field name: applying it destroys the key.
+    // Located at the key but resolved at the call site, the span belongs to the expansion,
+    // and rustc offers no field suggestion there (nor a struct's list of fields; a tuple's
+    // is still given). Name resolution is unchanged: call-site hygiene is what a field
+    // written by the user has. tests/ui/field_typo.rs holds the message.
+    let field_span = Span::call_site().located_at(span);
     let fields = placeholder.fields.iter().map(|field| match field {
         Field::Named(name) => match name.strip_prefix("r#") {
             Some(raw) => Ident::new_raw(raw, field_span).into_token_stream(),
@@ -310,7 +318,7 @@ fn resolve(
         },
         Field::Index(index) => syn::Index {
             index: *index,
-            span,
+            span: field_span,
         }
         .into_token_stream(),
     });

@@ -1,10 +1,12 @@
 //! Acquisition: the builder, the attempt script, and the wait for a release.
 //!
 //! The loop (`take the turn → loop { attempt; wait for news | back off }`) is written
-//! once, over a [`Kind`] of lock: what one attempt sends and how an interrupted one is
-//! undone. The exclusive lock is the one kind today; a read share or a semaphore permit
-//! is another `Kind` with its own script, reusing the turn, the waitlist place, the
-//! waiting for release messages, the back-off and the overall bound.
+//! once, over a [`Kind`] of lock: what one attempt sends, how an interrupted one is
+//! undone, and whether holders share the key. Two kinds: the exclusive lock (also the
+//! write lock and the election), and a share (a read lock's reader, a semaphore's
+//! permit), with its own script; both reuse the turn, the waitlist place, the waiting
+//! for release messages, the back-off and the overall bound. A share's guard is
+//! released, extended and renewed by the same scripts as a whole lock's.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -21,63 +23,82 @@ use crate::error::LockError;
 use crate::guard::{Acquired, LockGuard};
 use crate::hand_off::Baton;
 use crate::limits::{check_max_lease, lease_millis, validate};
-use crate::masters::{Masters, Outcome};
+use crate::masters::{Masters, Outcome, Try};
 use crate::metrics::{self, Label};
 use crate::node::Waiter;
 use crate::notify::{Listener, Release};
 
-/// What one attempt asks of the masters.
-pub(crate) struct Try<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) owner: &'a str,
-    pub(crate) lease: Duration,
-    pub(crate) lease_ms: u64,
-    /// A releasing holder of this client handed its lock to this attempt.
-    pub(crate) previous_owner: Option<&'a str>,
-    pub(crate) waiter: Option<Waiter<'a>>,
-}
-
 /// A kind of lock: its attempt, and the undoing of an attempt whose outcome is unknown.
 pub(crate) trait Kind: Send + Sync + 'static {
+    /// Holders share the key: `Some(0)` readers, `Some(n)` a semaphore's `n` permits.
+    /// A share passes its client's turn on as soon as it is acquired (the next task of
+    /// the client may share the key too), and shares are for one server only.
+    fn shares(&self) -> Option<u32> {
+        None
+    }
+
+    /// How this kind's waiters are named on the key's waitlist, or `None` when they
+    /// take no place there (a semaphore's waiters are woken by every freed permit).
+    fn waitlist_id_prefix(&self) -> Option<&'static str> {
+        Some("")
+    }
+
     /// One run of this kind's acquire script (on every master with RedLock).
     fn attempt<'a>(
         &'a self,
         masters: &'a Masters,
         request: Try<'a>,
-    ) -> impl Future<Output = redis::RedisResult<Outcome>> + Send + 'a;
+    ) -> impl Future<Output = redis::RedisResult<Outcome>> + Send + 'a {
+        masters.acquire(Try {
+            shares: self.shares(),
+            ..request
+        })
+    }
 
-    /// Releases whatever an interrupted attempt of `owner` may have taken.
+    /// Releases whatever an interrupted attempt of `owner` may have taken (the release
+    /// script ends a share as it ends a whole lock).
     fn undo(
         core: Arc<Core>,
         key: String,
         owner: String,
-    ) -> impl Future<Output = ()> + Send + 'static;
+    ) -> impl Future<Output = ()> + Send + 'static {
+        async move {
+            let outcome = core.masters().release(&key, &owner, 0).await;
+            tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+        }
+    }
 }
 
 /// The exclusive lock: one owner at a time.
 pub(crate) struct Exclusive;
 
-impl Kind for Exclusive {
-    fn attempt<'a>(
-        &'a self,
-        masters: &'a Masters,
-        request: Try<'a>,
-    ) -> impl Future<Output = redis::RedisResult<Outcome>> + Send + 'a {
-        let Try {
-            key,
-            owner,
-            lease,
-            lease_ms,
-            previous_owner,
-            waiter,
-        } = request;
-        masters.acquire(key, owner, lease, lease_ms, previous_owner, waiter)
+impl Kind for Exclusive {}
+
+/// A share of a key: a reader of a read-write lock (`limit` 0), or one of a semaphore's
+/// `limit` permits (see `scripts::SHARED_ACQUIRE`).
+pub(crate) struct Shared {
+    pub(crate) limit: u32,
+}
+
+impl Kind for Shared {
+    fn shares(&self) -> Option<u32> {
+        Some(self.limit)
     }
 
-    async fn undo(core: Arc<Core>, key: String, owner: String) {
-        let outcome = core.masters().release(&key, &owner, 0).await;
-        tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+    fn waitlist_id_prefix(&self) -> Option<&'static str> {
+        (self.limit == 0).then_some(crate::scripts::READER_ID_PREFIX)
     }
+}
+
+/// Which lock of its key a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The whole key: `lock`, `write_lock`, an election.
+    Exclusive,
+    /// A reader's share: `read_lock`.
+    Read,
+    /// One of `n` permits: `semaphore`.
+    Permits(u32),
 }
 
 /// First and longest pause before retrying after Redis failed to answer.
@@ -93,10 +114,15 @@ pub struct LockRequest {
     lease: Option<Duration>,
     hold_at_least: Option<Duration>,
     label: Label,
+    mode: Mode,
 }
 
 impl LockRequest {
     pub(crate) fn new(client: Arc<Core>, key: String) -> Self {
+        Self::with_mode(client, key, Mode::Exclusive)
+    }
+
+    pub(crate) fn with_mode(client: Arc<Core>, key: String, mode: Mode) -> Self {
         LockRequest {
             client,
             key,
@@ -104,6 +130,7 @@ impl LockRequest {
             lease: None,
             hold_at_least: None,
             label: Label::unlabelled(),
+            mode,
         }
     }
 
@@ -200,7 +227,15 @@ impl LockRequest {
 
     /// Check → take the turn → attempt until acquired, waiting for news in between.
     async fn acquire_inner(self, started: Instant) -> Result<LockGuard, LockError> {
-        take(Plan::check(self, Exclusive, started)?).await
+        match self.mode {
+            Mode::Exclusive => take(Plan::check(self, Exclusive, started)?).await,
+            Mode::Read => take(Plan::check(self, Shared { limit: 0 }, started)?).await,
+            Mode::Permits(0) => Err(LockError::invalid_options(
+                &self.key,
+                "a semaphore of 0 permits would never let anyone in: give at least 1",
+            )),
+            Mode::Permits(limit) => take(Plan::check(self, Shared { limit }, started)?).await,
+        }
     }
 }
 
@@ -246,6 +281,13 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                     found,
                 });
             }
+            Ok(Outcome::OtherShares { limit }) => {
+                return Err(LockError::PermitsMismatch {
+                    key: plan.key.clone(),
+                    requested: plan.kind.shares().unwrap_or(0),
+                    existing: limit,
+                });
+            }
             Ok(Outcome::NotReplicated { confirmed, needed }) => {
                 return Err(LockError::NotReplicated {
                     key: plan.key.clone(),
@@ -282,9 +324,17 @@ impl<K: Kind> Plan<K> {
             lease,
             hold_at_least,
             label,
+            mode: _,
         } = request;
         validate(&key, wait, lease, hold_at_least)?;
         let masters = core.masters();
+        if kind.shares().is_some() && !masters.is_single() {
+            return Err(LockError::invalid_options(
+                &key,
+                "read locks and semaphores are not available with RedLock (several independent \
+                 masters): use one server, Sentinel or Cluster, or an exclusive lock",
+            ));
+        }
         for (what, value) in [("lease", lease), ("hold_at_least", hold_at_least)] {
             if let Some(value) = value {
                 check_max_lease(masters, &key, what, value)?;
@@ -331,6 +381,11 @@ impl<K: Kind> Plan<K> {
         turn: crate::turn::LocalTurn,
     ) -> LockGuard {
         let valid_for = self.core.masters().validity(self.lease);
+        // A share passes the turn on at once: the client's next task may share the key.
+        let turn = match self.kind.shares() {
+            None => Some(turn),
+            Some(_) => None,
+        };
         LockGuard::new(Acquired {
             client: self.core,
             key: self.key,
@@ -371,8 +426,11 @@ struct Attempts<'a, K> {
 
 impl<'a, K: Kind> Attempts<'a, K> {
     fn new(plan: &'a Plan<K>, baton: Option<Baton>) -> Self {
-        let place = (plan.core.masters().keeps_waitlist() && Instant::now() < plan.deadline)
-            .then(|| WaitlistPlace::new(&plan.core, &plan.key));
+        let place = plan
+            .kind
+            .waitlist_id_prefix()
+            .filter(|_| plan.core.masters().keeps_waitlist() && Instant::now() < plan.deadline)
+            .map(|prefix| WaitlistPlace::new(&plan.core, &plan.key, prefix));
         Attempts {
             plan,
             baton,
@@ -416,6 +474,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             lease_ms: plan.lease_ms,
             previous_owner,
             waiter,
+            shares: None,
         };
         let outcome = plan.kind.attempt(plan.core.masters(), request).await;
         if outcome.is_ok() {
@@ -606,11 +665,11 @@ struct WaitlistPlace<'a> {
 }
 
 impl<'a> WaitlistPlace<'a> {
-    fn new(client: &'a Arc<Core>, key: &'a str) -> Self {
+    fn new(client: &'a Arc<Core>, key: &'a str, prefix: &str) -> Self {
         WaitlistPlace {
             client,
             key,
-            id: client.fresh_token(),
+            id: format!("{prefix}{}", client.fresh_token()),
             registered: false,
             left: false,
         }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
-use crate::acquire::LockRequest;
+use crate::acquire::{LockRequest, Mode};
 use crate::config::{ClientConfig, DEFAULT_URL, redact};
 use crate::connect;
 use crate::core::Core;
+use crate::election::Election;
 use crate::error::LockError;
 use crate::masters::Masters;
 use crate::node::Node;
@@ -175,9 +176,72 @@ impl LockClient {
         Self::builder_for(urls).connect().await
     }
 
-    /// Starts building an acquisition of the lock named `key`.
+    /// Starts building an acquisition of the lock named `key`: exclusive, the same lock
+    /// as [`LockClient::write_lock`] (it excludes readers too).
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(self.inner.clone(), key.into())
+    }
+
+    /// A read lock on `key`: any number of readers at once, in every process, but no
+    /// writer ([`LockClient::write_lock`], or a plain [`LockClient::lock`]).
+    ///
+    /// Writer-preferring: once a writer waits for the key, new readers wait behind it,
+    /// so that a stream of readers cannot starve it. Each reader has its own lease (and
+    /// watchdog renewal without one): a reader that dies frees its share when its own
+    /// lease ends, and a live reader's renewals never keep a dead one's share alive.
+    /// Each reader gets a fencing token; a writer's is above every earlier reader's and
+    /// writer's. One server, Sentinel or Cluster: RedLock refuses it
+    /// ([`LockError::InvalidOptions`]).
+    ///
+    /// ```no_run
+    /// # async fn run(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let reader = client.read_lock("doc:7").wait(Duration::from_secs(2)).acquire().await?;
+    /// // … read doc 7; other readers may too, no writer can …
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::with_mode(self.inner.clone(), key.into(), Mode::Read)
+    }
+
+    /// The write lock on `key`: exclusive of every reader and writer. The same lock as
+    /// [`LockClient::lock`] (the name says what it is for).
+    pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(self.inner.clone(), key.into())
+    }
+
+    /// One of `permits` permits named `name`: at most `permits` holders at once, across
+    /// every process.
+    ///
+    /// Each permit has its own lease (and watchdog renewal without one): a holder that
+    /// dies returns its permit when that lease ends. Nothing is left in Redis once no
+    /// permit is held. Every client must ask for the same count: asking for another
+    /// while permits are held fails with [`LockError::PermitsMismatch`] naming both.
+    /// Each permit gets a fencing token. A freed permit wakes the waiters (in each
+    /// client, first come first served). One server, Sentinel or Cluster: RedLock
+    /// refuses it ([`LockError::InvalidOptions`]); so is a count of 0.
+    ///
+    /// ```no_run
+    /// # async fn run(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let permit = client
+    ///     .semaphore("partner-api", 5)
+    ///     .wait(Duration::from_secs(3))
+    ///     .lease(Duration::from_secs(10))
+    ///     .acquire()
+    ///     .await?;
+    /// // … call the partner API: at most 5 calls at once, fleet-wide …
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest::with_mode(self.inner.clone(), name.into(), Mode::Permits(permits))
+    }
+
+    /// The leader election named `name` (see [`Election`]).
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.inner.clone(), name.into())
     }
 
     /// This client's name, written into every lock it takes (see

@@ -147,6 +147,17 @@ impl Connection {
         ]
     }
 
+    /// The holders of `key` when it is held in shares (read lock, semaphore): a sorted
+    /// set of owner tokens by the end of each one's lease (in the key's slot on a
+    /// cluster). It exists only while a share does.
+    pub(crate) fn holders_key(&self, key: &str) -> String {
+        let tag = match self.slot_tag_for(key) {
+            None => String::new(),
+            Some(tag) => format!("{{{tag}}}"),
+        };
+        format!("{tag}{}{key}", scripts::HOLDERS_PREFIX)
+    }
+
     /// The string keys matching `pattern` (SCAN with `TYPE string`, never KEYS: the
     /// server keeps serving between batches), on every primary of a cluster. A key may
     /// appear twice (SCAN's guarantee) or not at all if created meanwhile.

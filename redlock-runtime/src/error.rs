@@ -90,9 +90,44 @@ pub enum LockError {
         needed: usize,
     },
 
+    /// The key is held in shares of another kind than asked for: a semaphore of
+    /// `existing` permits asked for with `requested` permits (every client of a
+    /// semaphore must give the same count), or a read lock (`0`) asked for as a
+    /// semaphore, or the other way round.
+    #[error("lock `{}`: {}", Preview(.key), SharesMessage(*.requested, *.existing))]
+    PermitsMismatch {
+        key: String,
+        requested: u32,
+        existing: u32,
+    },
+
+    /// A write (exclusive) lock was asked for inside a call that holds only a read
+    /// lock on the same key, in the same task: waiting for it would wait for itself.
+    #[error("lock `{}`: a write lock was requested while this task holds a read lock on the same key, which would wait for itself; take the write lock in the outer call (a read inside a write re-enters)", Preview(.key))]
+    WouldDeadlock { key: String },
+
     /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
     #[error("lock `{}`: no default lock client: {reason}", Preview(.key))]
     NoDefaultClient { key: String, reason: String },
+}
+
+/// What `PermitsMismatch` says: both kinds, in words.
+struct SharesMessage(u32, u32);
+
+impl fmt::Display for SharesMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = |permits: u32| match permits {
+            0 => "a read-write lock".to_owned(),
+            1 => "a semaphore of 1 permit".to_owned(),
+            n => format!("a semaphore of {n} permits"),
+        };
+        write!(
+            f,
+            "asked for as {} but held as {}; every client must ask for the same kind and count",
+            kind(self.0),
+            kind(self.1)
+        )
+    }
 }
 
 impl LockError {
@@ -107,6 +142,8 @@ impl LockError {
             | LockError::NotALock { key, .. }
             | LockError::NoQuorum { key, .. }
             | LockError::NotReplicated { key, .. }
+            | LockError::PermitsMismatch { key, .. }
+            | LockError::WouldDeadlock { key }
             | LockError::NoDefaultClient { key, .. } => key,
             LockError::Connect { .. } | LockError::Auth { .. } | LockError::Tls { .. } => "",
         }

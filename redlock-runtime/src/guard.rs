@@ -55,7 +55,8 @@ pub(crate) struct Acquired {
     pub(crate) valid_for: Duration,
     pub(crate) watchdog: bool,
     pub(crate) hold_at_least: Option<Duration>,
-    pub(crate) turn: LocalTurn,
+    /// The client's turn at the key, held with a whole lock (a share passed it on).
+    pub(crate) turn: Option<LocalTurn>,
     /// The `lock` label of its metrics.
     pub(crate) label: Label,
 }

@@ -10,7 +10,7 @@ use crate::scripts::RESERVED_PREFIX;
 
 /// Longest lease or wait accepted: Redis keeps expiries in milliseconds as a signed
 /// 64-bit count from the epoch, and an instant that far ahead overflows the clock.
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Checks a lock's name: not empty, not one of redlock's own keys, not too long.
 pub(crate) fn check_key(key: &str) -> Result<(), LockError> {

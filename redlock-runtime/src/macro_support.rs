@@ -24,6 +24,7 @@ tokio::task_local! {
 struct EnclosingLock {
     client_id: u64,
     key: String,
+    mode: LockMode,
     fencing_token: u64,
     state: Option<Arc<LockState>>,
     outer: Option<Arc<EnclosingLock>>,
@@ -147,6 +148,39 @@ pub struct LockSpec {
     /// The key's template as written (`order:<id>`): the `lock` label of the metrics,
     /// one per annotated function whatever the ids (`LockRequest::label`).
     pub label: &'static str,
+    /// Which lock of the key: `mode = "read"` / `"write"`, or `permits = N`.
+    pub mode: LockMode,
+}
+
+/// What a nested annotated call on a key its task already holds does.
+#[derive(Debug, PartialEq, Eq)]
+enum Reentry {
+    /// Runs under the lock held around it, without touching Redis.
+    Enter,
+    /// Fails at once: waiting would wait for the task itself.
+    Refuse,
+}
+
+/// A write inside a write, a read inside a read or a write (a downgrade), a permit
+/// inside a permit: the enclosing hold covers it. A write (or a permit) inside only a
+/// read would wait for the read, which waits for it: refused.
+fn reentry(held: LockMode, wanted: LockMode) -> Reentry {
+    match (held, wanted) {
+        (LockMode::Read, LockMode::Exclusive | LockMode::Permits(_)) => Reentry::Refuse,
+        _ => Reentry::Enter,
+    }
+}
+
+/// The kind of lock an annotated function takes on its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// The exclusive lock (`mode = "write"`, or no `mode`): `LockClient::lock`, the same
+    /// lock as `LockClient::write_lock`.
+    Exclusive,
+    /// A shared read lock (`mode = "read"`): `LockClient::read_lock`.
+    Read,
+    /// One of N permits (`permits = N`): `LockClient::semaphore`.
+    Permits(u32),
 }
 
 /// What `client = …` of `#[distributed_lock]` takes: a [`LockClient`], a reference to
@@ -300,15 +334,22 @@ where
     let mut enclosing = outer.as_deref();
     while let Some(held) = enclosing {
         if held.client_id == client.id() && held.key == key {
-            return into_result(body.await);
+            match reentry(held.mode, spec.mode) {
+                Reentry::Enter => return into_result(body.await),
+                Reentry::Refuse => {
+                    return Err(from_lock_error(LockError::WouldDeadlock { key }));
+                }
+            }
         }
         enclosing = held.outer.as_deref();
     }
 
-    let mut request = client
-        .lock(key.clone())
-        .wait(spec.wait)
-        .static_label(spec.label);
+    let request = match spec.mode {
+        LockMode::Exclusive => client.lock(key.clone()),
+        LockMode::Read => client.read_lock(key.clone()),
+        LockMode::Permits(permits) => client.semaphore(key.clone(), permits),
+    };
+    let mut request = request.wait(spec.wait).static_label(spec.label);
     if let Some(lease) = spec.lease {
         request = request.lease(lease);
     }
@@ -327,6 +368,7 @@ where
     let held = Arc::new(EnclosingLock {
         client_id: client.id(),
         key,
+        mode: spec.mode,
         fencing_token: guard.fencing_token(),
         state: guard.state(),
         outer,
@@ -364,4 +406,20 @@ where
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LockMode, Reentry, reentry};
+
+    #[test]
+    fn a_nested_call_reenters_unless_it_would_wait_for_itself() {
+        use LockMode::{Exclusive, Permits, Read};
+        assert_eq!(reentry(Exclusive, Exclusive), Reentry::Enter);
+        assert_eq!(reentry(Exclusive, Read), Reentry::Enter);
+        assert_eq!(reentry(Read, Read), Reentry::Enter);
+        assert_eq!(reentry(Permits(3), Permits(3)), Reentry::Enter);
+        assert_eq!(reentry(Read, Exclusive), Reentry::Refuse);
+        assert_eq!(reentry(Read, Permits(2)), Reentry::Refuse);
+    }
 }

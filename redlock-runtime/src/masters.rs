@@ -61,10 +61,27 @@ pub(crate) enum Outcome {
     NotALock {
         found: String,
     },
+    /// The key is held in shares under another limit (`limit` permits; 0: a read lock).
+    OtherShares {
+        limit: u32,
+    },
     /// Fewer than a majority of voting masters answered.
     NoQuorum {
         reached: usize,
     },
+}
+
+/// What one attempt asks of the masters.
+pub(crate) struct Try<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) lease_ms: u64,
+    /// A releasing holder of this client handed its lock to this attempt.
+    pub(crate) previous_owner: Option<&'a str>,
+    pub(crate) waiter: Option<Waiter<'a>>,
+    /// A share rather than the whole key (see `node::AttemptRequest::shares`).
+    pub(crate) shares: Option<u32>,
 }
 
 pub(crate) struct Masters {
@@ -148,15 +165,16 @@ impl Masters {
     }
 
     /// One attempt on every master.
-    pub(crate) async fn acquire(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-        lease_ms: u64,
-        previous_owner: Option<&str>,
-        waiter: Option<Waiter<'_>>,
-    ) -> redis::RedisResult<Outcome> {
+    pub(crate) async fn acquire(&self, request: Try<'_>) -> redis::RedisResult<Outcome> {
+        let Try {
+            key,
+            owner,
+            lease,
+            lease_ms,
+            previous_owner,
+            waiter,
+            shares,
+        } = request;
         if let [node] = self.nodes.as_slice() {
             let request = AttemptRequest {
                 key,
@@ -166,6 +184,7 @@ impl Masters {
                 waiter,
                 quarantine_ms: None,
                 name: &self.name,
+                shares,
             };
             return Ok(match self.confirm_replicas {
                 None => match node.acquire(&request).await?.0 {
@@ -175,6 +194,7 @@ impl Masters {
                     },
                     Attempt::Busy { ttl } => Outcome::Busy { ttl, split: false },
                     Attempt::NotALock { found } => Outcome::NotALock { found },
+                    Attempt::OtherShares { limit } => Outcome::OtherShares { limit },
                 },
                 Some((needed, timeout)) => {
                     match node.acquire_confirmed(&request, needed, timeout).await? {
@@ -195,9 +215,17 @@ impl Masters {
                         }
                         (Attempt::Busy { ttl }, _, _) => Outcome::Busy { ttl, split: false },
                         (Attempt::NotALock { found }, _, _) => Outcome::NotALock { found },
+                        (Attempt::OtherShares { limit }, _, _) => Outcome::OtherShares { limit },
                     }
                 }
             });
+        }
+        if shares.is_some() {
+            // Refused before any attempt (`acquire`'s checks); kept out of RedLock here too.
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "read locks and semaphores are not available with RedLock",
+            )));
         }
         let sent_at = Instant::now();
         let limit = self.node_timeout(lease);
@@ -225,6 +253,7 @@ impl Masters {
                         waiter: None,
                         quarantine_ms,
                         name: &name,
+                        shares: None,
                     };
                     let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
                     (index, reply.ok().and_then(Result::ok))
@@ -825,6 +854,9 @@ impl Tally {
             Attempt::Acquired { token, .. } => self.granted.push((index, token, boot)),
             Attempt::Busy { ttl } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
             Attempt::NotALock { found } => self.found = Some(found),
+            // RedLock takes no shares (refused before any attempt): a key some other
+            // client holds in shares is not a lock this attempt can take.
+            Attempt::OtherShares { limit } => self.found = Some(format!("shared:{limit}")),
         }
     }
 

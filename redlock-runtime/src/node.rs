@@ -27,6 +27,10 @@ pub(crate) enum Attempt {
     NotALock {
         found: String,
     },
+    /// The key is held in shares under another limit: `limit` permits (0: a read lock).
+    OtherShares {
+        limit: u32,
+    },
 }
 
 /// What a release, extension or renewal found: the lock still `owner`'s (released,
@@ -220,6 +224,9 @@ impl Node {
         connection: &mut impl ConnectionLike,
         request: &AttemptRequest<'_>,
     ) -> RedisResult<(Attempt, Boot)> {
+        if let Some(limit) = request.shares {
+            return self.share_on(connection, request, limit).await;
+        }
         let key = request.key;
         let [waitlist, expiries] = self.connection.waitlist_keys(key);
         let boot_key = match request.quarantine_ms {
@@ -250,6 +257,41 @@ impl Node {
                     .map(|secs| secs.to_string())
                     .unwrap_or_default(),
             )
+            .arg(request.name)
+            .invoke_async(connection)
+            .await?;
+        parse_attempt(reply)
+    }
+
+    /// One run of the shares' acquire script (a read lock, a semaphore's permit).
+    async fn share_on(
+        &self,
+        connection: &mut impl ConnectionLike,
+        request: &AttemptRequest<'_>,
+        limit: u32,
+    ) -> RedisResult<(Attempt, Boot)> {
+        let key = request.key;
+        let [waitlist, expiries] = self.connection.waitlist_keys(key);
+        let reply: Vec<Value> = scripts::SHARED_ACQUIRE
+            .key(key)
+            .key(waitlist)
+            .key(expiries)
+            .key(self.connection.holders_key(key))
+            .key(self.connection.fence_key(key).as_ref())
+            .arg(request.owner)
+            .arg(request.lease_ms)
+            .arg(self.connection.release_channel(key))
+            .arg(self.connection.publish_command())
+            .arg(self.waitlist.reservation_ms)
+            .arg(request.waiter.map_or("", |waiter| waiter.id))
+            .arg(if request.waiter.is_some_and(|waiter| waiter.registered) {
+                "1"
+            } else {
+                "0"
+            })
+            .arg(self.waitlist.registration_slack_ms)
+            .arg(request.previous_owner.unwrap_or(""))
+            .arg(limit)
             .arg(request.name)
             .invoke_async(connection)
             .await?;
@@ -361,10 +403,12 @@ impl Node {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let forced = self.forced_key(key);
+            let holders = self.connection.holders_key(key);
             async move {
                 scripts::EXTEND
                     .key(key)
                     .key(forced)
+                    .key(holders)
                     .arg(owner)
                     .arg(lease_ms)
                     .invoke_async(&mut connection)
@@ -460,9 +504,10 @@ impl Node {
             pipeline
                 .cmd("EVALSHA")
                 .arg(scripts::EXTEND.get_hash())
-                .arg(2)
+                .arg(3)
                 .arg(*key)
                 .arg(self.forced_key(key))
+                .arg(self.connection.holders_key(key))
                 .arg(*owner)
                 .arg(lease_ms);
         }
@@ -493,11 +538,13 @@ async fn release_on(
     let publish = connection.publish_command();
     let [waitlist, expiries] = connection.waitlist_keys(key);
     let forced = scripts::forced_key(&waitlist);
+    let holders = connection.holders_key(key);
     scripts::RELEASE
         .key(key)
         .key(waitlist)
         .key(expiries)
         .key(forced)
+        .key(holders)
         .arg(owner)
         .arg(keep_ms)
         .arg(channel)
@@ -552,6 +599,10 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
                 ttl: Duration::from_millis(ttl),
             })
             .ok_or_else(bad_reply),
+        Some(Value::Int(-2)) => number(value)
+            .and_then(|limit| u32::try_from(limit).ok())
+            .map(|limit| Attempt::OtherShares { limit })
+            .ok_or_else(bad_reply),
         Some(Value::Int(_)) => Ok(Attempt::NotALock {
             found: value.map(text).unwrap_or_default(),
         }),
@@ -574,6 +625,9 @@ pub(crate) struct AttemptRequest<'a> {
     pub(crate) quarantine_ms: Option<u64>,
     /// The client's name, written into the lock for `inspect`.
     pub(crate) name: &'a str,
+    /// A share rather than the whole key: `Some(0)` a read lock, `Some(n)` one of a
+    /// semaphore's `n` permits (one server only: see `scripts::SHARED_ACQUIRE`).
+    pub(crate) shares: Option<u32>,
 }
 
 /// The holder shown for a lock an older redlock wrote (its value names no client).

@@ -118,7 +118,7 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}local boot = 0
+{OWNED_BY}{NEXT_TOKEN_FN}local boot = 0
 if ARGV[9] ~= '' then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local now = redis.call('TIME')
@@ -162,19 +162,8 @@ if acquired then
     -- free key otherwise).
     redis.call(ARGV[8], ARGV[7], 'T:' .. ARGV[2])
   end
-  local now = redis.call('TIME')
-  local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-  local clock = micros
-  local token = tonumber(clock)
-  local last = tonumber(redis.call('SET', KEYS[2], clock, 'GET'))
-  if last and last >= token then
-    -- Two acquisitions within one microsecond, or a clock behind the counter.
-    token = last + 1
-    clock = string.format('%.0f', token)
-    redis.call('SET', KEYS[2], clock)
-  end
+  local token, clock, since = next_token(KEYS[2])
   -- Who holds it, with which token, since when (ms): read by `inspect`.
-  local since = string.sub(micros, 1, -4)
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since .. ' ' .. ARGV[10], 'PX', ARGV[2])
   return {{1, token, handed_off, boot}}
 end
@@ -198,10 +187,213 @@ return {{0, ttl, boot}}
     ))
 });
 
+/// `next_token(fence)`: the next fencing token from the counter `fence` (see "Fencing
+/// tokens" above), as a number and as digits, and the server clock in ms as digits.
+const NEXT_TOKEN_FN: &str = r#"
+local function next_token(fence)
+  local now = redis.call('TIME')
+  local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local clock = micros
+  local token = tonumber(clock)
+  local last = tonumber(redis.call('SET', fence, clock, 'GET'))
+  if last and last >= token then
+    -- Two acquisitions within one microsecond, or a clock behind the counter.
+    token = last + 1
+    clock = string.format('%.0f', token)
+    redis.call('SET', fence, clock)
+  end
+  return token, clock, string.sub(micros, 1, -4)
+end
+"#;
+
+/// A key held in shares (a read lock's readers, a semaphore's permits) holds
+/// `shared:<limit>`: 0 for a read lock (no limit), N for a semaphore of N.
+///
+/// Prefix of a key's holders when it is held in shares: a sorted set of owner tokens,
+/// each scored with the end of its own lease (server clock, ms).
+pub(crate) const HOLDERS_PREFIX: &str = "redlock:holders:";
+
+/// Prefix of a waiting reader's id on the waitlist: readers wait behind any waiting
+/// writer (an id without it), never behind each other.
+pub(crate) const READER_ID_PREFIX: &str = "r:";
+
+/// `settle_shares(ms)`: drops the shares of KEYS[4] whose lease ended by `ms`, and gives
+/// the key (KEYS[1]) and the set the lease of the longest remaining share; returns that
+/// lease in ms, or 0 when no share is left (then neither is touched). A dead holder's
+/// share ends with its own lease: a live holder's renewal never carries it along.
+const SETTLE_SHARES_FN: &str = r#"
+local function settle_shares(ms)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms)
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  if not last[2] then
+    return 0
+  end
+  local rest = math.max(1, tonumber(last[2]) - ms)
+  redis.call('PEXPIRE', KEYS[1], rest)
+  redis.call('PEXPIRE', KEYS[4], rest)
+  return rest
+end
+"#;
+
+/// `server_ms()`: the server clock in ms.
+const SERVER_MS_FN: &str = r#"
+local function server_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+"#;
+
+/// Acquires a share of a key: a read lock (limit 0) or a semaphore's permit (limit N).
+/// KEYS: lock, waitlist, waitlist expiries, holders, fence counter. ARGV: owner token,
+/// lease in ms, release channel, publish command, grace of a reservation (ms), this
+/// waiter's id (empty when not waiting; readers' ids start with `r:`), "1" if an
+/// earlier attempt may have registered it, how long a registration outlives the lease
+/// it waited on (ms), the owner token of a same-client holder handing its lock off (or
+/// empty), the limit, and the client's name (unused: kept for `inspect`'s sake later).
+///
+/// The key holds `shared:<limit>` for as long as the longest share lasts; each share
+/// is an entry of the holders set scored with its own lease's end. The exclusive
+/// acquire script sees a string with a lease: busy, so a plain (write) lock excludes
+/// every share, and a share is refused while a plain lock (or a reservation for
+/// another waiter) holds the key. Readers prefer writers: while a writer waits on the
+/// key's waitlist, a new reader waits too (registering behind it), so a stream of
+/// readers cannot starve a writer; when the key is free but a writer waits, the
+/// reader reserves the key for the waitlist's head and wakes it.
+///
+/// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0}` when
+/// busy, `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
+/// found, 0}` when the key is held in shares under another limit (a semaphore of
+/// another size, or a read lock).
+pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        r#"
+{OWNED_BY}{NEXT_TOKEN_FN}{SETTLE_SHARES_FN}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
+local ms = server_ms()
+local limit = tonumber(ARGV[10])
+local handed_off = 0
+if ARGV[9] ~= '' and owned_by(redis.pcall('GET', KEYS[1]), ARGV[9]) then
+  redis.call('DEL', KEYS[1])
+  handed_off = 1
+end
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' then
+  return {{-1, redis.call('TYPE', KEYS[1])['ok'], 0}}
+end
+local reserved = ARGV[6] ~= '' and value == 'reserved:' .. ARGV[6]
+local busy_for = nil
+if value and not reserved then
+  if string.sub(value, 1, 7) ~= 'shared:' then
+    -- Held whole (a write lock), kept, or reserved for another waiter.
+    busy_for = redis.call('PTTL', KEYS[1])
+    if busy_for < 0 then
+      return {{-1, 'string', 0}}
+    end
+  elseif value ~= 'shared:' .. ARGV[10] then
+    return {{-2, string.sub(value, 8), 0}}
+  end
+end
+local rest = 0
+if not busy_for then
+  rest = settle_shares(ms)
+  if not value or rest == 0 then
+    -- Free (or every share ran out).
+    value = false
+  end
+end
+if not busy_for and not reserved and limit == 0 then
+  -- A waiting writer goes first.
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
+    redis.call('ZREM', KEYS[2], gone)
+    redis.call('ZREM', KEYS[3], gone)
+  end
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if id ~= ARGV[6] and string.sub(id, 1, 2) ~= 'r:' then
+      if value then
+        busy_for = rest
+      else
+        -- Nobody holds it: hand it to the head of the line at once.
+        free_for_next()
+        busy_for = tonumber(ARGV[5])
+      end
+      break
+    end
+  end
+end
+if not busy_for and limit > 0 and redis.call('ZCARD', KEYS[4]) >= limit then
+  -- Every permit taken: one is free at the latest when the shortest lease ends.
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  busy_for = math.max(1, tonumber(first[2]) - ms)
+end
+if busy_for then
+  if ARGV[6] ~= '' and limit == 0 then
+    redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[6])
+    redis.call('ZADD', KEYS[3], ms + busy_for + tonumber(ARGV[8]), ARGV[6])
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+    local keep = math.max(1, tonumber(last[2]) - ms)
+    redis.call('PEXPIRE', KEYS[2], keep)
+    redis.call('PEXPIRE', KEYS[3], keep)
+  end
+  return {{0, busy_for, 0}}
+end
+if ARGV[6] ~= '' and (ARGV[7] == '1' or reserved) then
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('ZREM', KEYS[3], ARGV[6])
+end
+local token = next_token(KEYS[5])
+redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
+redis.call('SET', KEYS[1], 'shared:' .. ARGV[10])
+settle_shares(ms)
+if reserved then
+  -- The key was reserved for this reader: the readers waiting with it may join now.
+  redis.call(ARGV[4], ARGV[3], '')
+end
+return {{1, token, handed_off, 0}}
+"#
+    ))
+});
+
+/// `release_share(marker)`: the shares' side of the release script (same KEYS and ARGV,
+/// KEYS[5] the holders): ends ARGV[1]'s share, or keeps it for ARGV[2] ms as `kept:`
+/// (no renewal finds it then), gives the key the longest remaining lease and tells the
+/// waiters (a semaphore's: a permit is free; a read lock's: when it ends at the
+/// latest), or frees the key for the next in line when no share is left.
+const RELEASE_SHARE_FN: &str = r#"
+local function release_share(value)
+  local ms = server_ms()
+  local score = redis.call('ZSCORE', KEYS[5], ARGV[1])
+  if not score or tonumber(score) <= ms then
+    return gone(KEYS[4], ARGV[1])
+  end
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  local kept = tonumber(ARGV[2]) > 0
+  if kept then
+    redis.call('ZADD', KEYS[5], ms + tonumber(ARGV[2]), 'kept:' .. ARGV[1])
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ms)
+  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+  if last[2] then
+    local rest = math.max(1, tonumber(last[2]) - ms)
+    redis.call('PEXPIRE', KEYS[1], rest)
+    redis.call('PEXPIRE', KEYS[5], rest)
+    if value == 'shared:0' then
+      redis.call(ARGV[4], ARGV[3], 'T:' .. rest)
+    elseif not kept then
+      redis.call(ARGV[4], ARGV[3], '')
+    end
+    if kept then return 2 end
+    return 1
+  end
+  redis.call('DEL', KEYS[5])
+  free_for_next()
+  return 1
+end
+"#;
+
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
-/// KEYS: lock, waitlist, waitlist expiries, eviction marker. ARGV: owner token, ms to
-/// keep the key (0: release it), release channel, publish command (PUBLISH, or SPUBLISH
-/// on a cluster), grace of a reservation (ms).
+/// KEYS: lock, waitlist, waitlist expiries, eviction marker, holders (of a key held in
+/// shares). ARGV: owner token, ms to keep the key (0: release it), release channel,
+/// publish command (PUBLISH, or SPUBLISH on a cluster), grace of a reservation (ms).
+/// A share (read lock, permit) is released by the same script (see `release_share`).
 /// Returns 1 when released (deleted, or reserved for the waitlist's head; published),
 /// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more, -1 when it
 /// was force-unlocked (see [`GONE`]).
@@ -212,9 +404,12 @@ return {{0, ttl, boot}}
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{GONE}
+{OWNED_BY}{GONE}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}{RELEASE_SHARE_FN}
 local value = redis.pcall('GET', KEYS[1])
 if not owned_by(value, ARGV[1]) then
+  if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
+    return release_share(value)
+  end
   return gone(KEYS[4], ARGV[1])
 end
 if tonumber(ARGV[2]) > 0 then
@@ -222,7 +417,6 @@ if tonumber(ARGV[2]) > 0 then
   redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
   return 2
 end
-{FREE_FOR_NEXT_FN}
 free_for_next()
 return 1
 "#
@@ -275,16 +469,31 @@ return 1
     ))
 });
 
-/// KEYS: lock, eviction marker. ARGV: owner token, new lease in ms. Returns 1 when
-/// extended, 0 when not ours, -1 when force-unlocked (see [`GONE`]). The watchdog's
-/// renewals run it too, pipelined.
+/// KEYS: lock, eviction marker, holders (of a key held in shares). ARGV: owner token,
+/// new lease in ms. Returns 1 when extended, 0 when not ours, -1 when force-unlocked
+/// (see [`GONE`]). The watchdog's renewals run it too, pipelined. A share's lease is its
+/// own score in the holders set; the key then lasts as long as the longest share.
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{GONE}
-if owned_by(redis.pcall('GET', KEYS[1]), ARGV[1]) then
+{OWNED_BY}{GONE}{SERVER_MS_FN}
+local value = redis.pcall('GET', KEYS[1])
+if owned_by(value, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
+end
+if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
+  local ms = server_ms()
+  local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if score and tonumber(score) > ms then
+    redis.call('ZADD', KEYS[3], 'XX', ms + tonumber(ARGV[2]), ARGV[1])
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+    local rest = math.max(1, tonumber(last[2]) - ms)
+    redis.call('PEXPIRE', KEYS[1], rest)
+    redis.call('PEXPIRE', KEYS[3], rest)
+    return 1
+  end
 end
 return gone(KEYS[2], ARGV[1])
 "#

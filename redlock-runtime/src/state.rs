@@ -32,7 +32,7 @@ impl LockState {
     pub(crate) fn new(
         sent_at: Instant,
         lease: Duration,
-        turn: LocalTurn,
+        turn: Option<LocalTurn>,
         label: Label,
     ) -> Arc<Self> {
         let state = LockState {
@@ -46,10 +46,11 @@ impl LockState {
         let state = Arc::new(state);
         // The turn is stored before waiters learn of the holder, so that a lease
         // already run out finds a turn to pass.
-        let mut slot = state.turn.lock().unwrap_or_else(|e| e.into_inner());
-        let holder: Weak<dyn Holder> = Arc::downgrade(&state) as Weak<LockState>;
-        slot.insert(turn).set_holder(Some(holder));
-        drop(slot);
+        if let Some(turn) = turn {
+            let mut slot = state.turn.lock().unwrap_or_else(|e| e.into_inner());
+            let holder: Weak<dyn Holder> = Arc::downgrade(&state) as Weak<LockState>;
+            slot.insert(turn).set_holder(Some(holder));
+        }
         state
     }
 
@@ -283,7 +284,7 @@ mod tests {
             )
             .await
             .expect("a free turn");
-        LockState::new(Instant::now(), lease, turn, Label::unlabelled())
+        LockState::new(Instant::now(), lease, Some(turn), Label::unlabelled())
     }
 
     #[tokio::test]

@@ -30,6 +30,7 @@ const LAYERS: &[&str] = &[
     "guard",         // LockGuard
     "acquire",       // LockRequest: validate → take turn → attempt / wait
     "operate",       // who holds a lock, every lock, force-unlock
+    "election",      // leader election: a lock held with the watchdog, its holder the leader
     "client",        // LockClient and its builder
     "macro_support", // what the attribute calls
     "lib",           // re-exports only

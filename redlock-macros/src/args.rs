@@ -9,7 +9,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr};
+use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitStr, UnOp};
 
 use crate::errors::Errors;
 
@@ -22,7 +22,24 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "client",
     "on_lost",
     "on_busy",
+    "mode",
+    "permits",
 ];
+
+/// The largest `permits = N` accepted: far above any real cap on concurrent callers,
+/// so a larger number is a typo (or a semaphore that limits nothing).
+pub(crate) const MAX_PERMITS: u32 = 1_000_000;
+
+/// Which lock of the key the function takes: `mode = "read"` / `"write"`, `permits = N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// No `mode`, or `mode = "write"`: the exclusive lock.
+    Exclusive,
+    /// `mode = "read"`: shared with other readers, excludes writers.
+    Read,
+    /// `permits = N`: one of N permits of a semaphore.
+    Permits(u32),
+}
 
 /// The parsed, validated arguments.
 pub(crate) struct Args {
@@ -35,6 +52,7 @@ pub(crate) struct Args {
     pub abort_on_lost: bool,
     /// `on_busy = "skip"`, with the literal's span.
     pub skip_if_busy: Option<Span>,
+    pub mode: Mode,
 }
 
 /// A value with the span of the literal it came from.
@@ -101,6 +119,9 @@ pub(crate) struct ArgsParser<'e> {
     client: Slot<Expr>,
     on_lost: Slot<WithSpan<bool>>,
     on_busy: Slot<WithSpan<bool>>,
+    /// `mode = "read"` or `"write"`.
+    mode: Slot<Mode>,
+    permits: Slot<u32>,
 }
 
 impl<'e> ArgsParser<'e> {
@@ -114,6 +135,8 @@ impl<'e> ArgsParser<'e> {
             client: Slot::new("client"),
             on_lost: Slot::new("on_lost"),
             on_busy: Slot::new("on_busy"),
+            mode: Slot::new("mode"),
+            permits: Slot::new("permits"),
         }
     }
 
@@ -140,7 +163,7 @@ impl<'e> ArgsParser<'e> {
                 name.span(),
                 format_args!(
                     "unknown argument `{arg}`{}: expected one of {}",
-                    did_you_mean(&arg, ARGUMENTS),
+                    mode_hint(&arg).unwrap_or_else(|| did_you_mean(&arg, ARGUMENTS)),
                     list(ARGUMENTS)
                 ),
             ));
@@ -161,10 +184,25 @@ impl<'e> ArgsParser<'e> {
             "client" => self.client.given(self.errors, &name),
             "on_lost" => self.on_lost.given(self.errors, &name),
             "on_busy" => self.on_busy.given(self.errors, &name),
+            "mode" => {
+                self.conflict(&name, self.mode.is_given(), self.permits.is_given());
+                self.mode.given(self.errors, &name);
+            }
+            "permits" => {
+                self.conflict(&name, self.permits.is_given(), self.mode.is_given());
+                self.permits.given(self.errors, &name);
+            }
             _ => unreachable!("every name in ARGUMENTS is handled"),
         }
         if arg == "client" {
             self.client.set(value);
+            return Ok(());
+        }
+        if arg == "permits" {
+            match permits(&value) {
+                Ok(permits) => self.permits.set(permits),
+                Err(err) => self.errors.push(err),
+            }
             return Ok(());
         }
         let Some(lit) = string_literal(&value) else {
@@ -222,9 +260,43 @@ impl<'e> ArgsParser<'e> {
                     ),
                 )),
             },
+            "mode" => match lit.value().as_str() {
+                "read" => self.mode.set(Mode::Read),
+                "write" => self.mode.set(Mode::Exclusive),
+                other => self.errors.push(syn::Error::new(
+                    lit.span(),
+                    format_args!(
+                        "unknown `mode` value {other:?}: expected \"read\" (shared with other \
+                         readers, excludes writers) or \"write\" (exclusive, the default); for a \
+                         semaphore that lets N callers in at once, write `permits = N` instead \
+                         of `mode`"
+                    ),
+                )),
+            },
             _ => unreachable!("every name in ARGUMENTS is handled"),
         }
         Ok(())
+    }
+
+    /// `mode` and `permits` together, reported on the later one (`name`) once: when it
+    /// appears for the first time (`again` false) after the other (`other` true).
+    fn conflict(&mut self, name: &Ident, again: bool, other: bool) {
+        if again || !other {
+            return;
+        }
+        let (this, earlier) = if name == "mode" {
+            ("mode", "permits")
+        } else {
+            ("permits", "mode")
+        };
+        self.errors.push(syn::Error::new(
+            name.span(),
+            format_args!(
+                "`{this}` cannot be combined with `{earlier}`: a semaphore (`permits = N`) has \
+                 no read/write mode; keep `permits` for at most N holders at once, or keep \
+                 `mode` for a read/write lock, and remove the other"
+            ),
+        ));
     }
 
     fn duration(&mut self, arg: &str, lit: &LitStr) -> Option<WithSpan<Duration>> {
@@ -261,6 +333,8 @@ impl<'e> ArgsParser<'e> {
             client,
             on_lost,
             on_busy,
+            mode,
+            permits,
         } = self;
         if !key.is_given() {
             errors.push(syn::Error::new(
@@ -295,7 +369,67 @@ impl<'e> ArgsParser<'e> {
                 .get()
                 .filter(|on_busy| on_busy.value)
                 .map(|on_busy| on_busy.span),
+            // Both given is an error already; either one alone decides.
+            mode: match (mode.get(), permits.get()) {
+                (_, Some(permits)) => Mode::Permits(permits),
+                (Some(mode), None) => mode,
+                (None, None) => Mode::Exclusive,
+            },
         }
+    }
+}
+
+/// The value of `permits = N`: an integer literal from 1 to [`MAX_PERMITS`], or the
+/// error to report on it.
+fn permits(value: &Expr) -> syn::Result<u32> {
+    let mut inner = value;
+    // A literal passed through a `macro_rules!` fragment arrives in an invisible group.
+    while let Expr::Group(group) = inner {
+        inner = &group.expr;
+    }
+    let fix = "write the number of callers allowed in at once, e.g. `permits = 5`";
+    let error = |message: String| Err(syn::Error::new_spanned(value, message));
+    match inner {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => match int.base10_parse::<u64>() {
+            Ok(0) => error(format!(
+                "`permits` must be at least 1: a semaphore of 0 permits never lets a caller \
+                 in; {fix}, or remove `permits` for an exclusive lock"
+            )),
+            Ok(n) if n <= u64::from(MAX_PERMITS) => Ok(n as u32),
+            _ => error(format!(
+                "`permits = {}` is more than {}, the most `permits` accepts: a \
+                 semaphore that large limits nothing; {fix}, or remove `permits` to let every \
+                 caller in",
+                int,
+                grouped(MAX_PERMITS)
+            )),
+        },
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_), ..
+        }) => error(format!(
+            "`permits` must be a positive whole number, not a negative one; {fix}"
+        )),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => error(match lit.value().trim().parse::<u64>() {
+            Ok(n) if (1..=u64::from(MAX_PERMITS)).contains(&n) => format!(
+                "`permits` takes an integer literal, not a string: write `permits = {n}` \
+                 (without quotes)"
+            ),
+            _ => format!("`permits` takes an integer literal, not a string; {fix}"),
+        }),
+        Expr::Lit(ExprLit {
+            lit: Lit::Float(_), ..
+        }) => error(format!(
+            "`permits` takes a whole number of holders, not a fraction; {fix}"
+        )),
+        Expr::Lit(_) => error(format!("`permits` takes an integer literal; {fix}")),
+        _ => error(format!(
+            "`permits` takes an integer literal, known at compile time; {fix} (for a count \
+             known only at run time, call `client.semaphore(key, n)` instead of the attribute)"
+        )),
     }
 }
 
@@ -369,6 +503,8 @@ fn example(arg: &str) -> &'static str {
         "client" => "`client = self.locks`",
         "on_lost" => "`on_lost = \"continue\"`",
         "on_busy" => "`on_busy = \"skip\"`",
+        "mode" => "`mode = \"read\"` or `mode = \"write\"`",
+        "permits" => "`permits = 5`",
         _ => "`key = \"order:<id>\"`",
     }
 }
@@ -380,6 +516,34 @@ pub(crate) fn list(names: &[impl AsRef<str>]) -> String {
         .map(|name| format!("`{}`", name.as_ref()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `1_000_000`, as the number is written in Rust.
+fn grouped(n: u32) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('_');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// `read`, `write`, ... given as an argument of its own: the `mode` or `permits` it means.
+fn mode_hint(name: &str) -> Option<String> {
+    match name {
+        "read" | "write" => Some(format!(" (did you mean `mode = \"{name}\"`?)")),
+        "shared" | "readonly" | "read_only" | "reader" => {
+            Some(" (did you mean `mode = \"read\"`?)".to_string())
+        }
+        "exclusive" | "writer" => Some(" (did you mean `mode = \"write\"`?)".to_string()),
+        "semaphore" | "max_holders" | "max_concurrent" | "concurrency" | "limit" => {
+            Some(" (did you mean `permits = N`?)".to_string())
+        }
+        _ => None,
+    }
 }
 
 /// `" (did you mean `wait`?)"` when `name` is a likely typo of one of `candidates`.
@@ -408,4 +572,134 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse::Parser;
+
+    /// The mode and the error messages of `#[distributed_lock(#args)]`.
+    fn parse(args: &str) -> (Option<Mode>, Vec<String>) {
+        let mut errors = Errors::default();
+        let mut parser = ArgsParser::new(&mut errors);
+        let tokens: proc_macro2::TokenStream = args.parse().expect("tokens");
+        syn::meta::parser(|meta| parser.parse(meta))
+            .parse2(tokens)
+            .expect("no syntax error");
+        let mode = parser.finish().mode;
+        let messages = errors.messages();
+        (messages.is_empty().then_some(mode), messages)
+    }
+
+    fn mode(args: &str) -> Mode {
+        let (mode, errors) = parse(args);
+        assert!(errors.is_empty(), "{args}: {errors:?}");
+        mode.expect("no errors")
+    }
+
+    fn errors(args: &str) -> Vec<String> {
+        let (_, errors) = parse(args);
+        assert!(!errors.is_empty(), "{args}: accepted");
+        errors
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(mode(r#"key = "k""#), Mode::Exclusive);
+        assert_eq!(mode(r#"key = "k", mode = "write""#), Mode::Exclusive);
+        assert_eq!(mode(r#"key = "k", mode = "read""#), Mode::Read);
+        assert_eq!(mode(r#"key = "k", permits = 5"#), Mode::Permits(5));
+        assert_eq!(mode(r#"permits = 1, key = "k""#), Mode::Permits(1));
+        assert_eq!(mode(r#"key = "k", permits = 5u32"#), Mode::Permits(5));
+        assert_eq!(mode(r#"key = "k", permits = 0x10"#), Mode::Permits(16));
+        assert_eq!(
+            mode(r#"key = "k", permits = 1_000_000"#),
+            Mode::Permits(MAX_PERMITS)
+        );
+    }
+
+    #[test]
+    fn bad_modes() {
+        let e = errors(r#"key = "k", mode = "shared""#);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains(r#"unknown `mode` value "shared""#), "{e:?}");
+        assert!(e[0].contains(r#""read""#) && e[0].contains(r#""write""#));
+        assert!(e[0].contains("permits = N"));
+        let e = errors(r#"key = "k", mode = read"#);
+        assert!(e[0].contains("`mode` takes a string literal"), "{e:?}");
+        let e = errors(r#"key = "k", mode = "read", mode = "write""#);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains("duplicate `mode`"), "{e:?}");
+    }
+
+    #[test]
+    fn bad_permits() {
+        for (value, expected) in [
+            ("0", "at least 1"),
+            ("-1", "not a negative one"),
+            ("\"5\"", "write `permits = 5` (without quotes)"),
+            ("\"five\"", "not a string"),
+            ("2.5", "not a fraction"),
+            ("1_000_001", "is more than 1_000_000"),
+            ("99999999999999999999999", "is more than 1_000_000"),
+            ("true", "takes an integer literal"),
+            ("MAX", "known at compile time"),
+        ] {
+            let e = errors(&format!(r#"key = "k", permits = {value}"#));
+            assert_eq!(e.len(), 1, "{value}: {e:?}");
+            assert!(e[0].contains(expected), "{value}: {e:?}");
+            assert!(e[0].contains("`permits = 5`"), "{value}: {e:?}");
+        }
+        let e = errors(r#"key = "k", permits = 5, permits = 6"#);
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains("duplicate `permits`"), "{e:?}");
+    }
+
+    #[test]
+    fn mode_with_permits() {
+        let e = errors(r#"key = "k", mode = "read", permits = 5"#);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("`permits` cannot be combined with `mode`"),
+            "{e:?}"
+        );
+        assert!(e[0].contains("a semaphore (`permits = N`) has no read/write mode"));
+        let e = errors(r#"key = "k", permits = 5, mode = "write""#);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("`mode` cannot be combined with `permits`"),
+            "{e:?}"
+        );
+        // Once, beside the duplicate; and every mistake of the values too.
+        let e = errors(r#"key = "k", permits = 0, mode = "read", mode = "shared""#);
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert_eq!(
+            e.iter()
+                .filter(|e| e.contains("cannot be combined"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn unknown_names_point_at_the_new_arguments() {
+        let e = errors(r#"key = "k", mod = "read""#);
+        assert!(e[0].contains("(did you mean `mode`?)"), "{e:?}");
+        let e = errors(r#"key = "k", permit = 5"#);
+        assert!(e[0].contains("(did you mean `permits`?)"), "{e:?}");
+        let e = errors(r#"key = "k", read"#);
+        assert!(e[0].contains(r#"(did you mean `mode = "read"`?)"#), "{e:?}");
+        let e = errors(r#"key = "k", semaphore = 5"#);
+        assert!(e[0].contains("(did you mean `permits = N`?)"), "{e:?}");
+        assert!(e[0].contains("`on_busy`, `mode`, `permits`"), "{e:?}");
+    }
+
+    #[test]
+    fn grouped_digits() {
+        assert_eq!(grouped(1_000_000), "1_000_000");
+        assert_eq!(grouped(100_000), "100_000");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1_000");
+    }
 }

@@ -26,4 +26,13 @@ impl Errors {
             .map(syn::Error::into_compile_error)
             .unwrap_or_default()
     }
+
+    /// Each error's message, in the order found.
+    #[cfg(test)]
+    pub(crate) fn messages(&self) -> Vec<String> {
+        self.combined
+            .iter()
+            .flat_map(|combined| combined.clone().into_iter().map(|e| e.to_string()))
+            .collect()
+    }
 }

@@ -5,7 +5,7 @@
 //!     let __key = format!("order:{}", id);            // before the body moves `id`
 //!     let __client = Some(client_from(&(self.locks)));  // or None: the default client
 //!     let __body = typed_body::<#body_type, _>(async move #body);
-//!     run_locked(__client, __key, LockSpec { .., label: "order:<id>" }, __body).await
+//!     run_locked(__client, __key, LockSpec { .., label: "order:<id>", mode }, __body).await
 //! }
 //! ```
 //!
@@ -21,7 +21,7 @@ use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{FnArg, LitStr, Pat, ReturnType, Signature, Type};
 
-use crate::args::{self, Args, ArgsParser, WithSpan};
+use crate::args::{self, Args, ArgsParser, Mode, WithSpan};
 use crate::errors::Errors;
 use crate::item::LockedFn;
 use crate::key::{self, Field, Part, Placeholder};
@@ -424,6 +424,11 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
         &args.key.as_ref().map(LitStr::value).unwrap_or_default(),
         Span::call_site(),
     );
+    let mode = match args.mode {
+        Mode::Exclusive => quote!(::redlock_runtime::__private::LockMode::Exclusive),
+        Mode::Read => quote!(::redlock_runtime::__private::LockMode::Read),
+        Mode::Permits(permits) => quote!(::redlock_runtime::__private::LockMode::Permits(#permits)),
+    };
     let body_type = body_type(return_type);
 
     // Every conversion is named through a trait on the return type's span: a return
@@ -473,6 +478,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
                     hold_at_least: #hold_at_least,
                     abort_on_lost: #abort_on_lost,
                     label: #label,
+                    mode: #mode,
                 },
                 #body_var,
                 ::redlock_runtime::__private::Conversions {

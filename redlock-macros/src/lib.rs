@@ -46,13 +46,44 @@ use proc_macro::TokenStream;
 /// | `client` | expression | default client | The `LockClient` to use: a `LockClient`, a reference to one (`&LockClient`, `&&LockClient`), or an `Arc`/`Box` of one (`&Arc<LockClient>` too), e.g. `client = self.locks`, or a static set at startup — `static LOCKS: OnceLock<LockClient>` with `client = LOCKS.get().expect("connected at startup")` (every constructor is `async`, so a `LazyLock` cannot build one). Omitted: the client set with `redlock_runtime::set_default_client`, or else one connected once to `REDLOCK_URL` (default `redis://127.0.0.1:6379/`). |
 /// | `on_busy` | `"error"` or `"skip"` | `"error"` | When another holds the lock for the whole `wait`: `"error"` returns `LockError::Timeout`; `"skip"` returns `Ok(None)` without running the body, for functions returning `Result<Option<T>, E>` — a scheduled job that another instance runs (as ShedLock skips). Redis being unavailable is an error either way (`is_unavailable()`). |
 /// | `on_lost` | `"abort"` or `"continue"` | `"abort"` | What happens when the lock is lost while the body runs (lease expired, key deleted): `"abort"` stops the body at its next `.await` and returns the `LockError`; `"continue"` lets it finish. A body that ran to its end always returns its own result (see below). |
+/// | `mode` | `"read"` or `"write"` | `"write"` | `"read"`: a shared read lock — any number of readers of the key at once, none while a writer holds it (a plain lock without `mode` counts as a writer); writer-preferring, so a waiting writer is not starved by new readers. `"write"`: the exclusive lock, the same lock as giving no `mode` (and as `LockClient::write_lock`). Not with `permits`. |
+/// | `permits` | integer literal, 1 to 1_000_000 | none | A semaphore: at most N callers hold the key at once, across processes; each holder has its own lease (or watchdog), so a holder that dies returns its permit at its lease end. Every use of the key must give the same N (another count is a `LockError` naming both). Not with `mode`. |
+///
+/// ```no_run
+/// # use redlock_runtime::{distributed_lock, LockError};
+/// # pub struct Doc;
+/// // Many readers at once; `save_doc` (a writer) waits for them and excludes them.
+/// #[distributed_lock(key = "doc:<id>", mode = "read")]
+/// async fn load_doc(id: u64) -> Result<Doc, LockError> {
+/// #   let _ = id;
+/// #   Ok(Doc)
+/// }
+///
+/// #[distributed_lock(key = "doc:<id>", mode = "write", wait = "5s")]
+/// async fn save_doc(id: u64, doc: Doc) -> Result<(), LockError> {
+/// #   let _ = (id, doc);
+/// #   Ok(())
+/// }
+///
+/// // At most 5 calls to a tenant's partner API at once, across every process; a sixth
+/// // caller waits up to 30 s for a permit.
+/// #[distributed_lock(key = "partner:<tenant>", permits = 5, wait = "30s")]
+/// async fn call_partner(tenant: &str) -> Result<(), LockError> {
+/// #   let _ = tenant;
+///     Ok(())
+/// }
+/// ```
 ///
 /// Durations use [humantime]'s grammar: `"250ms"`, `"3s"`, `"1m30s"`, `"2h"`. They are
 /// parsed at compile time, so a typo is a compile error.
 ///
 /// Inside the body, `redlock_runtime::current_lock()` returns the key and the fencing
-/// token of the lock being held. A nested call that locks the same key in the same task
-/// runs directly instead of deadlocking.
+/// token of the lock being held (a read share or a permit has its own token). A nested
+/// call that locks the same key in the same task runs directly instead of deadlocking:
+/// a `mode = "read"` call inside a write (or plain) lock of the key re-enters the write
+/// lock. A write requested while the task holds only a *read* lock of the key cannot be
+/// granted without deadlocking on itself: it fails at once with a `LockError`, without
+/// waiting.
 ///
 /// The attribute works on free functions, methods (`&self`, `&mut self`,
 /// `self: Arc<Self>`), generic functions, `impl Trait` parameters and `async fn` in
@@ -113,10 +144,12 @@ use proc_macro::TokenStream;
 /// key *with the same client* through an enclosing `#[distributed_lock]` call. A nested
 /// call through another `LockClient` is a different owner and waits like any other.
 ///
-/// With `hold_at_least = "…"` the builder also gets `.hold_at_least(d)`; with
-/// `on_lost = "continue"` the body is simply awaited without watching `guard.lost()`;
-/// with `on_busy = "skip"` the acquire's `Err(e) if e.is_busy()` becomes `return Ok(None)`
-/// before the body.
+/// With `mode = "read"` the builder is `client.read_lock(key)`, with `permits = N`
+/// `client.semaphore(key, N)`; `mode = "write"` is `client.lock(key)` as above (the
+/// same lock as `client.write_lock(key)`). With `hold_at_least = "…"` the builder also
+/// gets `.hold_at_least(d)`; with `on_lost = "continue"` the body is simply awaited
+/// without watching `guard.lost()`; with `on_busy = "skip"` the acquire's
+/// `Err(e) if e.is_busy()` becomes `return Ok(None)` before the body.
 ///
 /// # With `#[tracing::instrument]`
 ///
@@ -149,9 +182,11 @@ use proc_macro::TokenStream;
 /// Errors point at the offending token: a missing `key`, unknown or duplicate
 /// arguments, a placeholder that names no parameter (the message lists the parameters),
 /// `<>`, an unclosed `<`, invalid or zero durations, `hold_at_least` longer than
-/// `lease`, an `on_lost` other than `"abort"`/`"continue"`, a fn that is not `async`, and
-/// a key given without `key =`. The type system decides the rest, with messages that say
-/// what to change: a return type that is not a `Result` (any alias of one is fine:
+/// `lease`, an `on_lost` other than `"abort"`/`"continue"`, a `mode` other than
+/// `"read"`/`"write"`, a `permits` that is not an integer literal from 1 to 1_000_000,
+/// `mode` and `permits` together, a fn that is not `async`, and a key given without
+/// `key =`. The type system decides the rest, with messages that say what to change: a
+/// return type that is not a `Result` (any alias of one is fine:
 /// `AppResult<T>`, `io::Result<T>`, `anyhow::Result<T>`), an error type without
 /// `From<LockError>` (named, with the `impl` to add), a `client` that is not a
 /// `LockClient` (with how to make one), and `on_busy = "skip"` without

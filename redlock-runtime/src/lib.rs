@@ -56,9 +56,40 @@
 //!   expire a little after the last waiter's registration, at most tens of seconds
 //!   after it gave up); releases are published on `redlock:released:<key>`; a force-unlock leaves
 //!   `redlock:forced:<key>` (the evicted owner, expiring with the lease it evicted) so
-//!   that the evicted holder can tell why its lock is gone. The `redlock:`
+//!   that the evicted holder can tell why its lock is gone; a key held in shares has
+//!   `redlock:holders:<key>` beside it (see "The lock family"). The `redlock:`
 //!   prefix is reserved: lock keys may not start with it.
 //! - **Redis needs** `maxmemory-policy noeviction` (checked at connect, with a warning).
+//!
+//! # The lock family
+//! Besides the exclusive [`LockClient::lock`], one client offers:
+//!
+//! - [`LockClient::read_lock`] / [`LockClient::write_lock`]: any number of readers or
+//!   one writer; writer-preferring (once a writer waits, new readers queue behind it);
+//!   a lease per reader, so a dead reader's share ends with its own lease;
+//!   `write_lock(k)` is `lock(k)`.
+//! - [`LockClient::semaphore`]: at most N holders, a lease per permit, nothing left in
+//!   Redis once no permit is held, [`LockError::PermitsMismatch`] for another count.
+//! - [`LockClient::election`]: [`Election::campaign`] waits until elected and leads
+//!   with the watchdog lease; the term is the fencing token; [`Election::leader`] names
+//!   the leader.
+//!
+//! Each gives a [`LockGuard`] and takes the same `wait`, `lease` and `hold_at_least`.
+//! A key held in shares (readers, permits) holds `shared:<permits>` (0: a read lock)
+//! with the lease of its longest share, and `redlock:holders:<key>` the holders, each
+//! scored with its own lease's end; the scripts that release, extend and renew a lock
+//! do the same for a share. Read locks and semaphores need one server, Sentinel or
+//! Cluster (RedLock refuses them with [`LockError::InvalidOptions`]).
+//!
+//! ```no_run
+//! # async fn demo(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+//! use std::time::Duration;
+//! let d = Duration::from_secs(3);
+//! let reader = client.read_lock("doc:7").wait(d).acquire().await?;
+//! let permit = client.semaphore("partner-api", 5).wait(d).lease(d).acquire().await?;
+//! let leader = client.election("lottery-scheduler").leader().await?;
+//! # drop((reader, permit, leader)); Ok(()) }
+//! ```
 //!
 //! # Modes
 //! One server ([`LockClient::connect`]), RedLock over independent masters

@@ -38,8 +38,11 @@ impl fmt::Debug for LockClient {
 }
 
 impl LockClient {
-    /// Connects to the Redis server at `url` (`redis://[:password@]host[:port][/db]`)
-    /// with the default settings.
+    /// Connects to the Redis server at `url` with the default settings:
+    /// `redis://[[user]:password@]host[:port][/db]`, or `rediss://…` for TLS (feature
+    /// `tls`; see [`LockClientBuilder::tls_root_certificate`] for a private CA). An ACL
+    /// user and its password, or a password alone (`redis://:password@host/`), come in
+    /// the URL; they never appear in errors or `Debug` output.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder(url).connect().await
     }
@@ -47,7 +50,8 @@ impl LockClient {
     /// Connects to `REDLOCK_URL`, or to [`DEFAULT_URL`] when it is not set.
     ///
     /// One URL means one server; a comma-separated list means RedLock over those
-    /// independent masters (`redis://a:6379/,redis://b:6379/,redis://c:6379/`).
+    /// independent masters (`redis://a:6379/,redis://b:6379/,redis://c:6379/`, or the
+    /// same after a `redlock:` prefix).
     /// A `cluster:` prefix means a Redis Cluster reached through the listed seed nodes
     /// (`cluster:redis://node-a:7000/,redis://node-b:7000/`); `sentinel:NAME:` means
     /// the primary named NAME by the listed sentinels
@@ -96,11 +100,13 @@ impl LockClient {
             }
             builder
         } else {
-            Self::builder_for(urls(spec))
+            // `redlock:URL,URL…` says RedLock outright; the bare list means the same.
+            Self::builder_for(urls(spec.strip_prefix("redlock:").unwrap_or(spec)))
         };
         if builder.targets.is_empty() && builder.spec_problem.is_none() {
             builder.spec_problem = Some(format!("`{}` names no Redis server", redact(spec)));
         }
+        builder.spec = redact(spec);
         builder
     }
 
@@ -139,6 +145,7 @@ impl LockClient {
             config: ClientConfig::default(),
             topology: Topology::Masters,
             spec_problem: None,
+            spec: String::new(),
         }
         .connect()
         .await
@@ -163,6 +170,7 @@ impl LockClient {
             config: ClientConfig::default(),
             topology: Topology::Masters,
             spec_problem: None,
+            spec: String::new(),
         }
     }
 
@@ -395,12 +403,15 @@ pub struct LockClientBuilder {
     topology: Topology,
     /// A mistake in a `REDLOCK_URL`-style spec, reported by `connect`.
     spec_problem: Option<String>,
+    /// That spec as errors show it (password hidden).
+    spec: String,
 }
 
 /// The forms a URL spec may take, for error messages.
 const SPEC_FORMS: &str = "expected `redis://[user:password@]host[:port][/db]` (or `rediss://` \
-     for TLS), several of them comma-separated for RedLock, `cluster:URL,URL…` for a Redis \
-     Cluster, or `sentinel:NAME:URL,URL…` for the primary Sentinel names NAME";
+     for TLS), several of them comma-separated (or `redlock:URL,URL…`) for RedLock, \
+     `cluster:URL,URL…` for a Redis Cluster, or `sentinel:NAME:URL,URL…` for the primary \
+     Sentinel names NAME";
 
 /// What the builder's URLs point at.
 #[derive(Debug, Clone)]
@@ -545,7 +556,7 @@ impl LockClientBuilder {
     pub async fn connect(self) -> Result<LockClient, LockError> {
         if let Some(problem) = self.spec_problem {
             return Err(LockError::Connect {
-                url: String::new(),
+                url: self.spec,
                 source: redis::RedisError::from((
                     redis::ErrorKind::InvalidClientConfig,
                     "invalid Redis URL spec",
@@ -566,7 +577,12 @@ impl LockClientBuilder {
                             source: redis::RedisError::from((
                                 redis::ErrorKind::InvalidClientConfig,
                                 "not a Redis URL",
-                                format!("{source}; {SPEC_FORMS}"),
+                                // redis-rs's own text says no more than that.
+                                if source.to_string().contains("did not parse") {
+                                    SPEC_FORMS.to_owned()
+                                } else {
+                                    format!("{source}; {SPEC_FORMS}")
+                                },
                             )),
                         }
                     })?;
@@ -679,6 +695,10 @@ mod spec_tests {
             LockClient::builder_from_spec("redis://a/").topology,
             Topology::Masters
         ));
+        assert_eq!(
+            parsed("redlock:redis://a/,redis://b/,redis://c/"),
+            (3, "Masters".into())
+        );
     }
 
     #[cfg(all(feature = "cluster", feature = "sentinel"))]
@@ -701,19 +721,22 @@ mod spec_tests {
         assert!(problem("redis://a/,redis://b/,redis://c/").is_none());
     }
 
-    #[cfg(not(all(feature = "cluster", feature = "sentinel")))]
+    #[cfg(not(all(feature = "cluster", feature = "sentinel", feature = "tls")))]
     #[tokio::test]
     async fn a_mode_left_out_of_the_build_is_refused_naming_its_feature() {
-        for (spec, feature) in [
-            ("cluster:redis://127.0.0.1:1/", "cluster"),
-            ("sentinel:mymaster:redis://127.0.0.1:1/", "sentinel"),
+        for (spec, feature, built) in [
+            ("cluster:redis://127.0.0.1:1/", "cluster", cfg!(feature = "cluster")),
+            (
+                "sentinel:mymaster:redis://127.0.0.1:1/",
+                "sentinel",
+                cfg!(feature = "sentinel"),
+            ),
+            ("rediss://127.0.0.1:1/", "tls", cfg!(feature = "tls")),
         ] {
-            let refused = LockClient::builder_from_spec(spec).connect().await;
-            if (feature == "cluster" && cfg!(feature = "cluster"))
-                || (feature == "sentinel" && cfg!(feature = "sentinel"))
-            {
+            if built {
                 continue;
             }
+            let refused = LockClient::builder_from_spec(spec).connect().await;
             let message = refused.expect_err(spec).chain().to_string();
             assert!(
                 message.contains(&format!("`{feature}` feature")),
@@ -738,6 +761,11 @@ mod spec_tests {
             let message = error.chain().to_string();
             assert!(message.contains("sentinel:NAME:"), "{spec}: {message}");
             assert!(message.contains("rediss://"), "{spec}: {message}");
+            // The message names what was given, and no redis-rs boilerplate.
+            assert!(error.to_string().contains(spec), "{spec}: {error}");
+            assert!(!message.contains("did not parse"), "{spec}: {message}");
+            // A mistake, not an outage: retrying will not help.
+            assert!(!error.is_unavailable(), "{spec}: {message}");
         }
     }
 }

@@ -12,7 +12,7 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 pub const MAX_KEY_LEN: usize = 1024;
 
 /// Settings of a `LockClient`; see `LockClientBuilder`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct ClientConfig {
     pub(crate) watchdog_lease: Duration,
     pub(crate) renew_every: Duration,
@@ -27,6 +27,30 @@ pub(crate) struct ClientConfig {
     /// A private CA (PEM) that `rediss://` servers' certificates are checked against,
     /// instead of the system's roots.
     pub(crate) tls_root_certificate: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("renew_every", &self.renew_every)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("node_timeout", &self.node_timeout)
+            .field("confirm_replicas", &self.confirm_replicas)
+            .field("reservation_grace", &self.reservation_grace)
+            .field("max_lease", &self.max_lease)
+            .field("name", &self.name)
+            // Its size only: a certificate's bytes say nothing in a log line.
+            .field(
+                "tls_root_certificate",
+                &self
+                    .tls_root_certificate
+                    .as_ref()
+                    .map(|pem| format!("<PEM, {} bytes>", pem.len())),
+            )
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {

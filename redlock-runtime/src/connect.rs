@@ -43,7 +43,9 @@ pub(crate) async fn server(
     {
         Ok(connection) => connection,
         // A RedLock master that is down now: keep trying it on every use.
-        Err(error) if lazy_on_failure => {
+        // Refused credentials and a certificate that does not verify are mistakes, not
+        // outages: told at once, as with one server.
+        Err(error) if lazy_on_failure && LockError::connect(&url, error.clone()).is_outage() => {
             reachable = false;
             tracing::warn!(%url, %error, "redlock: a master is unreachable; will retry it");
             ConnectionManager::new_lazy_with_config(redis_client.clone(), manager_config)

@@ -10,83 +10,109 @@ use std::time::Duration;
 /// does not repeat its cause: the Redis error is [`source()`](std::error::Error::source),
 /// which error reporters print after it (`anyhow`'s `{:#}`, `tracing`'s error fields),
 /// and [`LockError::chain`] writes both on one line.
-#[derive(Debug, thiserror::Error)]
+//
+// Display and Error are written out rather than derived with thiserror: a derived
+// `source()` would return the redis-rs error even where redis-rs repeats its inner
+// I/O error's text, and every reporter would print that text twice.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum LockError {
     /// The lock was held by another owner for the whole `wait`.
-    #[error("lock `{}` not acquired: held by another owner for the whole wait of {waited:?}", Preview(.key))]
-    Timeout { key: String, waited: Duration },
+    Timeout {
+        /// The lock's key.
+        key: String,
+        /// How long the acquisition waited.
+        waited: Duration,
+    },
 
     /// The lock is no longer ours: its lease ran out, or another owner took it, or it was deleted.
-    #[error("lock `{}` was lost: its lease ran out or another owner took it", Preview(.key))]
-    Lost { key: String },
+    Lost {
+        /// The lock's key.
+        key: String,
+    },
 
     /// Redis answered with an error, did not answer in time, or could not be reached.
-    #[error("lock `{}`: Redis failed", Preview(.key))]
     Redis {
+        /// The lock's key.
         key: String,
-        #[source]
+        /// What redis-rs reported.
         source: redis::RedisError,
     },
 
-    /// The client could not connect to the Redis it was given.
-    #[error("cannot connect to Redis at {url}")]
+    /// The client could not connect to the Redis it was given, or the URL (or
+    /// `REDLOCK_URL` spec) cannot be used: then `source`'s kind is
+    /// `InvalidClientConfig` and it says why and what the accepted forms are.
     Connect {
+        /// The server, or the spec, as given (password hidden).
         url: String,
-        #[source]
+        /// What went wrong.
         source: redis::RedisError,
     },
 
     /// Redis refused the credentials of the URL (ACL user and password, or password):
     /// `WRONGPASS`, `NOAUTH` and the like.
-    #[error("Redis at {url} refused the credentials (the user and password in the URL)")]
     Auth {
+        /// The server (password hidden).
         url: String,
-        #[source]
+        /// Redis's refusal.
         source: redis::RedisError,
     },
 
     /// The TLS connection to a `rediss://` server failed: most often a certificate that
     /// does not verify against the trusted roots (`tls_root_certificate`, or the
     /// system's), or a server that does not speak TLS on that port.
-    #[error(
-        "TLS with Redis at {url} failed (does its certificate verify against the trusted roots? see LockClientBuilder::tls_root_certificate)"
-    )]
     Tls {
+        /// The server (password hidden).
         url: String,
-        #[source]
+        /// What the TLS layer reported.
         source: redis::RedisError,
     },
 
     /// The key cannot be used as a lock name.
-    #[error("invalid lock key `{}`: {reason}", Preview(.key))]
-    InvalidKey { key: String, reason: String },
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// Why not (empty, too long, in the reserved `redlock:` namespace).
+        reason: String,
+    },
 
     /// The options of an acquisition, or the client's settings (then `key` is empty and
     /// `reason` names the setting), contradict each other or are out of range.
-    #[error("{}", InvalidOptionsMessage(.key, .reason))]
-    InvalidOptions { key: String, reason: String },
+    InvalidOptions {
+        /// The lock's key, or empty for a client setting.
+        key: String,
+        /// Which option, and what it may be.
+        reason: String,
+    },
 
     /// The key exists in Redis but does not hold a lock written by redlock
     /// (another type of value, or a value without expiry).
-    #[error("lock `{}`: the Redis key holds a {found} that redlock did not write; refusing to touch it", Preview(.key))]
-    NotALock { key: String, found: String },
+    NotALock {
+        /// The lock's key.
+        key: String,
+        /// What the key holds (a Redis type, or `string`).
+        found: String,
+    },
 
     /// Fewer than a majority of the RedLock masters answered and may vote (a master
     /// that restarted or may have lost data less than `max_lease` ago does not).
-    #[error("lock `{}`: only {reached} of the {needed} Redis masters needed for a majority answered and may vote (a master that restarted or lost data less than max_lease ago does not)", Preview(.key))]
     NoQuorum {
+        /// The lock's key.
         key: String,
+        /// Masters that answered and may vote.
         reached: usize,
+        /// The majority.
         needed: usize,
     },
 
     /// The lock was acquired, but fewer replicas than required confirmed it (see
     /// `LockClientBuilder::confirm_replicas`); the acquisition was undone.
-    #[error("lock `{}`: only {confirmed} of the {needed} required replicas confirmed the acquisition; it was undone", Preview(.key))]
     NotReplicated {
+        /// The lock's key.
         key: String,
+        /// Replicas that confirmed in time.
         confirmed: usize,
+        /// Replicas required.
         needed: usize,
     },
 
@@ -94,21 +120,135 @@ pub enum LockError {
     /// `existing` permits asked for with `requested` permits (every client of a
     /// semaphore must give the same count), or a read lock (`0`) asked for as a
     /// semaphore, or the other way round.
-    #[error("lock `{}`: {}", Preview(.key), SharesMessage(*.requested, *.existing))]
     PermitsMismatch {
+        /// The semaphore's (or read-write lock's) key.
         key: String,
+        /// The permits asked for (0: a read lock).
         requested: u32,
+        /// The permits it is held with (0: a read lock).
         existing: u32,
     },
 
     /// A write (exclusive) lock was asked for inside a call that holds only a read
     /// lock on the same key, in the same task: waiting for it would wait for itself.
-    #[error("lock `{}`: a write lock was requested while this task holds a read lock on the same key, which would wait for itself; take the write lock in the outer call (a read inside a write re-enters)", Preview(.key))]
-    WouldDeadlock { key: String },
+    WouldDeadlock {
+        /// The lock's key.
+        key: String,
+    },
 
     /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
-    #[error("lock `{}`: no default lock client: {reason}", Preview(.key))]
-    NoDefaultClient { key: String, reason: String },
+    NoDefaultClient {
+        /// The key of the call that needed it.
+        key: String,
+        /// Why none could be built.
+        reason: String,
+    },
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No message repeats its cause: the Redis error is `source()`.
+        match self {
+            LockError::Timeout { key, waited } => write!(
+                f,
+                "lock `{}` not acquired: held by another owner for the whole wait of {waited:?}",
+                Preview(key)
+            ),
+            LockError::Lost { key } => write!(
+                f,
+                "lock `{}` was lost: its lease ran out or another owner took it",
+                Preview(key)
+            ),
+            LockError::Redis { key, .. } => write!(f, "lock `{}`: Redis failed", Preview(key)),
+            LockError::Connect { url, source }
+                if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+            {
+                write!(f, "cannot use the Redis URL `{url}`")
+            }
+            LockError::Connect { url, .. } => write!(f, "cannot connect to Redis at {url}"),
+            LockError::Auth { url, .. } => write!(
+                f,
+                "Redis at {url} refused the credentials (the user and password in the URL)"
+            ),
+            LockError::Tls { url, .. } => write!(
+                f,
+                "TLS with Redis at {url} failed (does its certificate verify against the \
+                 trusted roots? see LockClientBuilder::tls_root_certificate)"
+            ),
+            LockError::InvalidKey { key, reason } => {
+                write!(f, "invalid lock key `{}`: {reason}", Preview(key))
+            }
+            LockError::InvalidOptions { key, reason } => {
+                InvalidOptionsMessage(key, reason).fmt(f)
+            }
+            LockError::NotALock { key, found } => write!(
+                f,
+                "lock `{}`: the Redis key holds a {found} that redlock did not write; refusing \
+                 to touch it",
+                Preview(key)
+            ),
+            LockError::NoQuorum {
+                key,
+                reached,
+                needed,
+            } => write!(
+                f,
+                "lock `{}`: only {reached} of the {needed} Redis masters needed for a majority \
+                 answered and may vote (a master that restarted or lost data less than \
+                 max_lease ago does not)",
+                Preview(key)
+            ),
+            LockError::NotReplicated {
+                key,
+                confirmed,
+                needed,
+            } => write!(
+                f,
+                "lock `{}`: only {confirmed} of the {needed} required replicas confirmed the \
+                 acquisition; it was undone",
+                Preview(key)
+            ),
+            LockError::PermitsMismatch {
+                key,
+                requested,
+                existing,
+            } => write!(
+                f,
+                "lock `{}`: {}",
+                Preview(key),
+                SharesMessage(*requested, *existing)
+            ),
+            LockError::WouldDeadlock { key } => write!(
+                f,
+                "lock `{}`: a write lock was requested while this task holds a read lock on the \
+                 same key, which would wait for itself; take the write lock in the outer call (a \
+                 read inside a write re-enters)",
+                Preview(key)
+            ),
+            LockError::NoDefaultClient { key, reason } => {
+                write!(f, "lock `{}`: no default lock client: {reason}", Preview(key))
+            }
+        }
+    }
+}
+
+impl std::error::Error for LockError {
+    /// The Redis error, if any. redis-rs writes an I/O or parse error's text as its own
+    /// and also returns it as its `source()`; then that inner error is the cause, so
+    /// that a reporter walking the chain (anyhow's `{:#}`) prints each cause once.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let redis = match self {
+            LockError::Redis { source, .. }
+            | LockError::Connect { source, .. }
+            | LockError::Auth { source, .. }
+            | LockError::Tls { source, .. } => source,
+            _ => return None,
+        };
+        match std::error::Error::source(redis) {
+            Some(inner) if inner.to_string() == redis.to_string() => Some(inner),
+            _ => Some(redis),
+        }
+    }
 }
 
 /// What `PermitsMismatch` says: both kinds, in words.
@@ -189,16 +329,20 @@ impl LockError {
 
     /// Redis could not be used: unreachable, no answer in time, an error reply, too
     /// few RedLock masters or replicas answering, or a default client that could not
-    /// connect. Worth retrying later; not a mistake in the call.
+    /// connect. Worth retrying later; not a mistake in the call. Mistakes in the
+    /// configuration are not: a URL that does not parse or needs a cargo feature,
+    /// refused credentials ([`LockError::Auth`]), a certificate that does not verify
+    /// ([`LockError::Tls`]).
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
-            LockError::Redis { .. }
-                | LockError::Connect { .. }
-                | LockError::Tls { .. }
-                | LockError::NoQuorum { .. }
-                | LockError::NotReplicated { .. }
-        )
+        match self {
+            LockError::Connect { source, .. } => {
+                source.kind() != redis::ErrorKind::InvalidClientConfig
+            }
+            LockError::Redis { .. } | LockError::NoQuorum { .. } | LockError::NotReplicated { .. } => {
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A failure to connect to `url`, told apart: refused credentials, a failed TLS
@@ -224,6 +368,12 @@ impl LockError {
         } else {
             LockError::Connect { url, source }
         }
+    }
+
+    /// A connect error that a later attempt may not meet (not `Auth`, not `Tls`, not a
+    /// configuration mistake).
+    pub(crate) fn is_outage(&self) -> bool {
+        matches!(self, LockError::Connect { .. }) && self.is_unavailable()
     }
 
     pub(crate) fn redis(key: &str, source: redis::RedisError) -> Self {
@@ -352,5 +502,13 @@ mod tests {
         let chain = error.chain().to_string();
         assert_eq!(chain.matches("refused here").count(), 1, "{chain}");
         assert!(chain.starts_with(&message), "{chain}");
+        // Walking `source()` as any reporter does (anyhow's `{:#}`) tells it once too.
+        let mut walked = message.clone();
+        let mut cause = std::error::Error::source(&error);
+        while let Some(next) = cause {
+            walked.push_str(&format!(": {next}"));
+            cause = next.source();
+        }
+        assert_eq!(walked.matches("refused here").count(), 1, "{walked}");
     }
 }

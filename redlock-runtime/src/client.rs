@@ -725,7 +725,11 @@ mod spec_tests {
     #[tokio::test]
     async fn a_mode_left_out_of_the_build_is_refused_naming_its_feature() {
         for (spec, feature, built) in [
-            ("cluster:redis://127.0.0.1:1/", "cluster", cfg!(feature = "cluster")),
+            (
+                "cluster:redis://127.0.0.1:1/",
+                "cluster",
+                cfg!(feature = "cluster"),
+            ),
             (
                 "sentinel:mymaster:redis://127.0.0.1:1/",
                 "sentinel",

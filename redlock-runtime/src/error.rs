@@ -178,9 +178,7 @@ impl fmt::Display for LockError {
             LockError::InvalidKey { key, reason } => {
                 write!(f, "invalid lock key `{}`: {reason}", Preview(key))
             }
-            LockError::InvalidOptions { key, reason } => {
-                InvalidOptionsMessage(key, reason).fmt(f)
-            }
+            LockError::InvalidOptions { key, reason } => InvalidOptionsMessage(key, reason).fmt(f),
             LockError::NotALock { key, found } => write!(
                 f,
                 "lock `{}`: the Redis key holds a {found} that redlock did not write; refusing \
@@ -226,7 +224,11 @@ impl fmt::Display for LockError {
                 Preview(key)
             ),
             LockError::NoDefaultClient { key, reason } => {
-                write!(f, "lock `{}`: no default lock client: {reason}", Preview(key))
+                write!(
+                    f,
+                    "lock `{}`: no default lock client: {reason}",
+                    Preview(key)
+                )
             }
         }
     }
@@ -338,9 +340,9 @@ impl LockError {
             LockError::Connect { source, .. } => {
                 source.kind() != redis::ErrorKind::InvalidClientConfig
             }
-            LockError::Redis { .. } | LockError::NoQuorum { .. } | LockError::NotReplicated { .. } => {
-                true
-            }
+            LockError::Redis { .. }
+            | LockError::NoQuorum { .. }
+            | LockError::NotReplicated { .. } => true,
             _ => false,
         }
     }

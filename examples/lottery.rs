@@ -5,6 +5,7 @@
 //! cargo run --release --example lottery                         # 4 workers, 3 rounds, every 5 s
 //! cargo run --release --example lottery -- --workers 6 --rounds 5 --every 2 --skew-ms 1500
 //! cargo run --release --example lottery -- --without-hold-at-least   # watch the check fail
+//! cargo run --release --example lottery -- --mode leader --rounds 4 --every 3 --kill-leader-after 2
 //! ```
 //!
 //! Run without `--worker`, this binary is the coordinator: it starts a throwaway
@@ -22,6 +23,17 @@
 //!
 //! A worker can also join by hand, e.g. from another terminal:
 //! `REDLOCK_URL=redis://127.0.0.1:PORT/ cargo run --example lottery -- --worker 9`.
+//!
+//! `--mode leader`: instead of every worker firing each round, the workers elect one
+//! scheduler (`client.election("lottery-scheduler")`, the watchdog lease `--lease-ms`)
+//! and only the leader draws, writing each draw with its term (the election's fencing
+//! token); the others wait as candidates. On election a leader first records its term
+//! in the store, whose draw script then refuses any draw of an older term, and only then
+//! looks which rounds are still to draw: a round drawn by an earlier leader is never
+//! drawn again, and one whose time passed while nobody led is drawn at once. A leader
+//! whose `lost()` fires stops drawing and campaigns again. The coordinator asks
+//! `leader()` who leads once round `--kill-leader-after` is drawn, kills that worker
+//! with SIGKILL, and measures how long the next one takes to be elected.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,9 +52,21 @@ const USERS: u32 = 1000;
 const WINNERS: usize = 10;
 const USERS_KEY: &str = "lottery:users";
 
+/// How the workers decide who draws.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Every worker fires each round; the round's `#[distributed_lock]` lets one draw.
+    Round,
+    /// The workers elect one scheduler (`client.election`); it alone draws every round.
+    Leader,
+}
+
 #[derive(Debug, Clone, Parser)]
 #[command(about = "Scheduled-job exclusivity: N workers, one draw per round")]
 struct Args {
+    /// `round`: a lock per round; `leader`: an elected scheduler draws every round.
+    #[arg(long, value_enum, default_value_t = Mode::Round)]
+    mode: Mode,
     /// Number of worker processes the coordinator starts.
     #[arg(long, default_value_t = 4)]
     workers: u32,
@@ -53,8 +77,17 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     every: u64,
     /// How late the last worker fires each round, in milliseconds (0: nobody is late).
+    /// Round mode only.
     #[arg(long, default_value_t = 1500)]
     skew_ms: u64,
+    /// Leader mode: the watchdog lease of each worker's client, in milliseconds (renewed
+    /// every third of it): how long a dead leader keeps the election.
+    #[arg(long, default_value_t = 2000)]
+    lease_ms: u64,
+    /// Leader mode: once round N is drawn, the coordinator kills the leader with SIGKILL
+    /// (0: never).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    kill_leader_after: u32,
     /// Draw with the same lock but without `hold_at_least`: a late worker then draws
     /// the round again, and the final check fails.
     #[arg(long)]
@@ -159,6 +192,14 @@ async fn draw_winners_without_hold(
 /// The body of the job: picks the winners and records them with the fencing token.
 async fn draw_and_record(draw: &Draw, store: &Store) -> Result<Vec<UserId>, LotteryError> {
     let lock = redlock_runtime::current_lock().expect("called under #[distributed_lock]");
+    let winners = pick_winners(store).await?;
+    record_draw(store, draw, lock.fencing_token(), &winners).await?;
+    *store.last_token.lock().unwrap_or_else(|e| e.into_inner()) = lock.fencing_token();
+    Ok(winners)
+}
+
+/// Picks the winners; takes a moment (notifying them, ...): far less than hold_at_least.
+async fn pick_winners(store: &Store) -> Result<Vec<UserId>, redis::RedisError> {
     let mut redis = store.redis.clone();
     let users: Vec<u32> = redis.smembers(USERS_KEY).await?;
     let mut winners: Vec<UserId> = users
@@ -166,19 +207,17 @@ async fn draw_and_record(draw: &Draw, store: &Store) -> Result<Vec<UserId>, Lott
         .map(|&id| UserId(id))
         .collect();
     winners.sort();
-    // Drawing takes a moment (notifying the winners, ...): far less than hold_at_least.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    record_draw(store, draw, lock.fencing_token(), &winners).await?;
-    *store.last_token.lock().unwrap_or_else(|e| e.into_inner()) = lock.fencing_token();
     Ok(winners)
 }
 
 /// The round's record, a hash `lottery:draw:<date>`: every drawer is counted (so a
 /// double draw is detected, not hidden), and the winner fields are written by the
 /// drawer with the highest fencing token seen.
-static RECORD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r#"
+static RECORD: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(RECORD_LUA));
+
+const RECORD_LUA: &str = r#"
 local draws = redis.call('HINCRBY', KEYS[1], 'draws', 1)
 local drawer = ARGV[1] .. '@' .. ARGV[2]
 local drawers = redis.call('HGET', KEYS[1], 'drawers')
@@ -188,6 +227,35 @@ if tonumber(ARGV[2]) > seen then
   redis.call('HSET', KEYS[1], 'worker', ARGV[1], 'token', ARGV[2], 'winners', ARGV[3])
 end
 return draws
+"#;
+
+/// Leader mode: the same record, fenced by the scheduler's term. `KEYS[2]` holds the
+/// newest term the store has seen (`TERM_KEY`); a draw of an older term is refused
+/// (counted in the record's `refused` field, not as a draw) and the newest term is
+/// returned negated. Every accepted draw is still counted, so a round drawn twice, even
+/// by the same term, fails the exactly-once check.
+static RECORD_FENCED: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(&format!(
+        r#"
+local newest = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) < newest then
+  redis.call('HINCRBY', KEYS[1], 'refused', 1)
+  return -newest
+end
+{RECORD_LUA}"#
+    ))
+});
+
+/// Leader mode: a newly elected leader records its term as the newest (1), unless a
+/// newer one is there already (0: it has been deposed).
+static CLAIM_TERM: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
 "#,
     )
 });
@@ -291,6 +359,177 @@ async fn wait_for_record(store: &Store, date: &str) -> Result<Option<String>, re
 }
 
 // ---------------------------------------------------------------------------------------
+// Leader mode: the worker
+// ---------------------------------------------------------------------------------------
+
+/// The election every worker campaigns in (the key of its lock).
+const ELECTION: &str = "lottery-scheduler";
+/// Where the store keeps the newest scheduler term it has seen: its fence.
+const TERM_KEY: &str = "lottery:scheduler:term";
+
+/// The client name of worker `id`: what `leader()` reports as the holder.
+fn worker_name(id: u32) -> String {
+    format!("lottery-worker-{id}")
+}
+
+/// How a term of leadership ended.
+enum Served {
+    /// Every round is drawn: the leader resigns.
+    AllDrawn,
+    /// The lease was lost (`lost()` fired) or the store knows a newer term.
+    Deposed,
+}
+
+async fn leader_worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> {
+    let lease = Duration::from_millis(args.lease_ms);
+    let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| redlock_runtime::DEFAULT_URL.into());
+    let client = LockClient::builder_from_spec(&url)
+        .name(worker_name(id))
+        .watchdog_lease(lease)
+        .renew_every(lease / 3)
+        .connect()
+        .await?;
+    let store = Store {
+        redis: data_connection().await?,
+        worker: id,
+        last_token: std::sync::Mutex::new(0),
+    };
+    if args.first.is_none() {
+        seed_users(&store.redis).await?;
+    }
+    let every = args.every.max(1);
+    let first = args
+        .first
+        .unwrap_or_else(|| next_multiple(unix_now(), every));
+    let schedule: Vec<(u64, Draw)> = (1..=args.rounds)
+        .map(|round| {
+            let at = first + u64::from(round - 1) * every;
+            let date = utc(at);
+            (at, Draw { round, date })
+        })
+        .collect();
+    // A candidate gives up a minute after the last round (it is normally elected, finds
+    // nothing left to draw and resigns, once the last leader resigns).
+    let last = first + u64::from(args.rounds.saturating_sub(1)) * every;
+    let patience = Duration::from_secs(last.saturating_sub(unix_now()) + 60) + lease;
+    let election = client.election(ELECTION).wait(patience);
+    loop {
+        let term = election.campaign().await?;
+        let token = term.fencing_token();
+        println!(
+            "LEADER event=elected worker={id} term={token} at_ms={}",
+            unix_ms()
+        );
+        // The term goes into the store before anything is looked at: from here on, a
+        // draw by an earlier leader is refused, so none can land after the check below.
+        let claimed: i64 = CLAIM_TERM
+            .key(TERM_KEY)
+            .arg(token)
+            .invoke_async(&mut store.redis.clone())
+            .await?;
+        let served = if claimed == 1 {
+            lead(&term, &schedule, &store).await?
+        } else {
+            Served::Deposed
+        };
+        match served {
+            Served::Deposed => {
+                println!(
+                    "LEADER event=deposed worker={id} term={token} at_ms={}",
+                    unix_ms()
+                );
+                drop(term);
+            }
+            Served::AllDrawn => {
+                println!(
+                    "LEADER event=resigned worker={id} term={token} at_ms={}",
+                    unix_ms()
+                );
+                // Resigning hands the election to the next candidate at once.
+                let _ = term.release().await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Draws every round of `schedule` not drawn yet, each at its time (at once if its time
+/// has passed), for as long as `term` lasts.
+async fn lead(
+    term: &redlock_runtime::LockGuard,
+    schedule: &[(u64, Draw)],
+    store: &Store,
+) -> Result<Served, LotteryError> {
+    let mut redis = store.redis.clone();
+    for (at, draw) in schedule {
+        let drawn: bool = redis.hexists(record_key(&draw.date), "draws").await?;
+        if drawn {
+            continue; // by an earlier leader
+        }
+        tokio::select! {
+            biased;
+            () = term.lost() => return Ok(Served::Deposed),
+            () = sleep_until_unix(Duration::from_secs(*at)) => {}
+        }
+        let late_ms = (unix_now_duration().saturating_sub(Duration::from_secs(*at)))
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64;
+        let prefix = format!(
+            "EVENT round={} date={} worker={} late_ms={late_ms}",
+            draw.round, draw.date, store.worker
+        );
+        let recorded = tokio::select! {
+            biased;
+            () = term.lost() => return Ok(Served::Deposed),
+            recorded = draw_as_leader(draw, store, term.fencing_token()) => recorded,
+        };
+        match recorded {
+            Ok(Ok(winners)) => {
+                let winners: Vec<String> = winners.iter().map(ToString::to_string).collect();
+                println!(
+                    "{prefix} outcome=drew token={} winners={}",
+                    term.fencing_token(),
+                    winners.join(",")
+                );
+            }
+            Ok(Err(newest)) => {
+                println!(
+                    "{prefix} outcome=refused message=the store refused the draw: term {} is older than term {newest}",
+                    term.fencing_token()
+                );
+                return Ok(Served::Deposed);
+            }
+            Err(error) => println!("{prefix} outcome=error message={error}"),
+        }
+    }
+    Ok(Served::AllDrawn)
+}
+
+/// Draws one round and records it fenced by `term`: `Ok(Err(newest))` when the store
+/// has seen a newer term and refused it.
+async fn draw_as_leader(
+    draw: &Draw,
+    store: &Store,
+    term: u64,
+) -> Result<Result<Vec<UserId>, u64>, redis::RedisError> {
+    let winners = pick_winners(store).await?;
+    let names: Vec<String> = winners.iter().map(ToString::to_string).collect();
+    let draws: i64 = RECORD_FENCED
+        .key(record_key(&draw.date))
+        .key(TERM_KEY)
+        .arg(store.worker)
+        .arg(term)
+        .arg(names.join(","))
+        .invoke_async(&mut store.redis.clone())
+        .await?;
+    Ok(if draws > 0 {
+        Ok(winners)
+    } else {
+        Err(draws.unsigned_abs())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
 // Coordinator
 // ---------------------------------------------------------------------------------------
 
@@ -347,16 +586,81 @@ fn parse_event(line: &str) -> Option<Event> {
     })
 }
 
+/// A line a worker printed, parsed.
+#[derive(Debug, Clone)]
+enum Report {
+    Round(Event),
+    Leader(LeaderEvent),
+}
+
+/// Leader mode: what a worker reported about its leadership.
+#[derive(Debug, Clone)]
+struct LeaderEvent {
+    kind: LeaderKind,
+    worker: u32,
+    term: u64,
+    /// Unix time in milliseconds, on the worker's clock (the same machine's).
+    at_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaderKind {
+    Elected,
+    Deposed,
+    Resigned,
+}
+
+fn parse_leader_event(line: &str) -> Option<LeaderEvent> {
+    let rest = line.strip_prefix("LEADER ")?;
+    let fields: BTreeMap<&str, &str> = rest
+        .split(' ')
+        .filter_map(|field| field.split_once('='))
+        .collect();
+    Some(LeaderEvent {
+        kind: match *fields.get("event")? {
+            "elected" => LeaderKind::Elected,
+            "deposed" => LeaderKind::Deposed,
+            "resigned" => LeaderKind::Resigned,
+            _ => return None,
+        },
+        worker: fields.get("worker")?.parse().ok()?,
+        term: fields.get("term")?.parse().ok()?,
+        at_ms: fields.get("at_ms")?.parse().ok()?,
+    })
+}
+
 async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     if args.workers == 0 || args.rounds == 0 || args.every == 0 {
         return Err("--workers, --rounds and --every must be above zero".into());
     }
-    if args.skew_ms >= args.every * 1000 {
-        return Err(format!(
-            "--skew-ms ({}) must be shorter than --every ({} s)",
-            args.skew_ms, args.every
-        )
-        .into());
+    match args.mode {
+        Mode::Round => {
+            if args.skew_ms >= args.every * 1000 {
+                return Err(format!(
+                    "--skew-ms ({}) must be shorter than --every ({} s)",
+                    args.skew_ms, args.every
+                )
+                .into());
+            }
+        }
+        Mode::Leader => {
+            if args.without_hold_at_least {
+                return Err("--without-hold-at-least is for --mode round (the leader takes no lock per round)".into());
+            }
+            if args.kill_leader_after > 0 && args.kill_leader_after >= args.rounds {
+                return Err(format!(
+                    "--kill-leader-after ({}) must be below --rounds ({}), so that a round is left for the next leader",
+                    args.kill_leader_after, args.rounds
+                )
+                .into());
+            }
+            if args.kill_leader_after > 0 && args.workers < 2 {
+                return Err(
+                    "--kill-leader-after needs --workers 2 or more, to have someone take over"
+                        .into(),
+                );
+            }
+        }
     }
     // A throwaway server unless REDLOCK_URL names one (or several: RedLock).
     let (_server, url) = redlock_testkit::redlock_url_or_throwaway_server();
@@ -368,30 +672,58 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     // Give the workers a moment to start, then fire on the next whole multiple.
     let every = args.every;
     let first = next_multiple(unix_now() + 1, every);
-    let hold = if args.without_hold_at_least {
-        "WITHOUT hold_at_least"
-    } else {
-        "hold_at_least = 3s"
-    };
-    println!(
-        "{} workers, {} rounds, one every {every} s on the wall clock from {} UTC; {hold}",
-        args.workers,
-        args.rounds,
-        &utc(first)[11..19],
-    );
-    if args.skew_ms > 0 {
-        println!(
-            "worker {} fires {} ms late each round (a slow clock or a busy scheduler)",
-            args.workers, args.skew_ms
-        );
+    match args.mode {
+        Mode::Round => {
+            let hold = if args.without_hold_at_least {
+                "WITHOUT hold_at_least"
+            } else {
+                "hold_at_least = 3s"
+            };
+            println!(
+                "{} workers, {} rounds, one every {every} s on the wall clock from {} UTC; {hold}",
+                args.workers,
+                args.rounds,
+                &utc(first)[11..19],
+            );
+            if args.skew_ms > 0 {
+                println!(
+                    "worker {} fires {} ms late each round (a slow clock or a busy scheduler)",
+                    args.workers, args.skew_ms
+                );
+            }
+        }
+        Mode::Leader => {
+            // A fresh fence: terms of an earlier run on the same server do not count.
+            let () = data.clone().del(TERM_KEY).await?;
+            println!(
+                "leader mode: {} workers campaign in the election \"{ELECTION}\" (watchdog lease {} ms, \
+                 renewed every {} ms); the leader alone draws {} rounds, one every {every} s on the \
+                 wall clock from {} UTC",
+                args.workers,
+                args.lease_ms,
+                args.lease_ms / 3,
+                args.rounds,
+                &utc(first)[11..19],
+            );
+            if args.kill_leader_after > 0 {
+                println!(
+                    "once round {} is drawn, the coordinator asks leader() who leads and kills that worker with SIGKILL",
+                    args.kill_leader_after
+                );
+            }
+        }
     }
     println!();
 
     let exe = std::env::current_exe()?;
-    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel::<Report>();
     let mut children = Vec::new();
     for id in 1..=args.workers {
-        let skew = if id == args.workers { args.skew_ms } else { 0 };
+        let skew = if id == args.workers && args.mode == Mode::Round {
+            args.skew_ms
+        } else {
+            0
+        };
         let mut command = Command::new(&exe);
         command
             .args(["--worker", &id.to_string()])
@@ -407,15 +739,24 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         if args.without_hold_at_least {
             command.arg("--without-hold-at-least");
         }
+        if args.mode == Mode::Leader {
+            command
+                .args(["--mode", "leader"])
+                .args(["--lease-ms", &args.lease_ms.to_string()]);
+        }
         let mut child = command.spawn()?;
         let stdout = child.stdout.take().expect("piped stdout");
-        let events_tx = events_tx.clone();
+        let reports_tx = reports_tx.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                match parse_event(&line) {
-                    Some(event) => {
-                        let _ = events_tx.send(event);
+                let report = match parse_event(&line) {
+                    Some(event) => Some(Report::Round(event)),
+                    None => parse_leader_event(&line).map(Report::Leader),
+                };
+                match report {
+                    Some(report) => {
+                        let _ = reports_tx.send(report);
                     }
                     None => println!("  [worker {id}] {line}"),
                 }
@@ -423,22 +764,40 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         });
         children.push((id, child));
     }
-    drop(events_tx);
+    drop(reports_tx);
 
+    match args.mode {
+        Mode::Round => follow_rounds(args, &data, first, reports, children).await,
+        Mode::Leader => follow_leader(args, &url, &data, first, reports, children).await,
+    }
+}
+
+/// Round mode: renders the rounds as the workers report them, then checks.
+async fn follow_rounds(
+    args: &Args,
+    data: &redis::aio::MultiplexedConnection,
+    first: u64,
+    mut reports: tokio::sync::mpsc::UnboundedReceiver<Report>,
+    children: Vec<(u32, tokio::process::Child)>,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let every = args.every;
     // Render each round as soon as every worker has reported on it.
     let mut rounds: BTreeMap<u32, Vec<Event>> = BTreeMap::new();
     let mut rendered = 0;
     let deadline =
         tokio::time::Instant::now() + Duration::from_secs(every * u64::from(args.rounds) + 30);
     loop {
-        let event = tokio::select! {
-            event = events.recv() => event,
+        let report = tokio::select! {
+            report = reports.recv() => report,
             () = tokio::time::sleep_until(deadline) => {
                 println!("workers did not report in time");
                 None
             }
         };
-        let Some(event) = event else { break };
+        let Some(report) = report else { break };
+        let Report::Round(event) = report else {
+            continue;
+        };
         let round = event.round;
         let reports = rounds.entry(round).or_default();
         reports.push(event);
@@ -463,8 +822,244 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     }
 
     print_summary(&rounds);
-    let checked = check(&data, args, first, &rounds).await?;
+    let checked = check(data, args, first, &rounds).await?;
     Ok(ok && checked)
+}
+
+/// Leader mode: the worker the coordinator killed.
+struct Killed {
+    worker: u32,
+    term: u64,
+    at_ms: u64,
+}
+
+/// Leader mode: renders the elections and the draws as the workers report them, kills
+/// the leader once round `--kill-leader-after` is drawn, then checks.
+async fn follow_leader(
+    args: &Args,
+    url: &str,
+    data: &redis::aio::MultiplexedConnection,
+    first: u64,
+    mut reports: tokio::sync::mpsc::UnboundedReceiver<Report>,
+    mut children: Vec<(u32, tokio::process::Child)>,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let every = args.every;
+    let lease_ms = args.lease_ms;
+    // The coordinator's own client, only to ask who leads.
+    let observer = LockClient::builder_from_spec(url)
+        .name("lottery-coordinator")
+        .connect()
+        .await?;
+    let election = observer.election(ELECTION);
+
+    let mut ok = true;
+    let mut rounds: BTreeMap<u32, Vec<Event>> = BTreeMap::new();
+    // Each worker's latest election: (term, at_ms).
+    let mut elected: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut last_term = 0;
+    let mut killed: Option<Killed> = None;
+    // (worker, term, ms after the kill)
+    let mut takeover: Option<(u32, u64, u64)> = None;
+    // Elected once every round was drawn: found nothing to do and resigned.
+    let mut idle: Vec<u32> = Vec::new();
+    let all_drawn = |rounds: &BTreeMap<u32, Vec<Event>>| {
+        (1..=args.rounds).all(|round| {
+            rounds.get(&round).is_some_and(|reports| {
+                reports
+                    .iter()
+                    .any(|e| matches!(e.outcome, Outcome::Drew { .. }))
+            })
+        })
+    };
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_secs(every * u64::from(args.rounds) + 30)
+        + Duration::from_millis(lease_ms);
+    loop {
+        let report = tokio::select! {
+            report = reports.recv() => report,
+            () = tokio::time::sleep_until(deadline) => {
+                println!("workers did not report in time");
+                ok = false;
+                None
+            }
+        };
+        let Some(report) = report else { break };
+        match report {
+            Report::Leader(LeaderEvent {
+                kind: LeaderKind::Elected,
+                worker,
+                term,
+                at_ms,
+            }) => {
+                if term <= last_term {
+                    println!(
+                        "TERM DID NOT INCREASE: worker {worker} elected in term {term} after term {last_term}"
+                    );
+                    ok = false;
+                }
+                let previous = last_term;
+                last_term = last_term.max(term);
+                elected.insert(worker, (term, at_ms));
+                if all_drawn(&rounds) {
+                    idle.push(worker);
+                    continue;
+                }
+                let at = clock_ms(at_ms);
+                match &killed {
+                    Some(dead) if takeover.is_none() => {
+                        let after = at_ms.saturating_sub(dead.at_ms);
+                        println!(
+                            "{at}  worker {worker} elected, term {term}: took over {after} ms after the SIGKILL \
+                             (watchdog lease {lease_ms} ms)"
+                        );
+                        takeover = Some((worker, term, after));
+                    }
+                    _ if previous > 0 => println!(
+                        "{at}  worker {worker} elected scheduler, term {term} (after term {previous})"
+                    ),
+                    _ => {
+                        let candidates: Vec<String> = (1..=args.workers)
+                            .filter(|&id| id != worker)
+                            .map(|id| id.to_string())
+                            .collect();
+                        let waiting = match candidates.len() {
+                            0 => String::new(),
+                            1 => format!("; worker {} waits as a candidate", candidates[0]),
+                            _ => format!("; workers {} wait as candidates", candidates.join(", ")),
+                        };
+                        println!("{at}  worker {worker} elected scheduler, term {term}{waiting}");
+                    }
+                }
+            }
+            Report::Leader(LeaderEvent {
+                kind: LeaderKind::Deposed,
+                worker,
+                term,
+                at_ms,
+            }) => println!(
+                "{}  worker {worker} lost its lease in term {term} (lost() fired): stopped drawing, campaigns again",
+                clock_ms(at_ms)
+            ),
+            Report::Leader(LeaderEvent {
+                kind: LeaderKind::Resigned,
+                ..
+            }) => {}
+            Report::Round(event) => {
+                let at_ms = (first + u64::from(event.round - 1) * every) * 1000;
+                print_leader_round(&event, elected.get(&event.worker).copied(), at_ms);
+                let round = event.round;
+                let drew = matches!(event.outcome, Outcome::Drew { .. });
+                rounds.entry(round).or_default().push(event);
+                if drew && round == args.kill_leader_after && killed.is_none() {
+                    // Who leads, as Redis says: the holder of the election's lock.
+                    let Some(leader) = election.leader().await? else {
+                        println!("leader() names nobody: nothing to kill");
+                        ok = false;
+                        continue;
+                    };
+                    let Some((id, child)) = children
+                        .iter_mut()
+                        .find(|(id, _)| worker_name(*id) == leader.holder())
+                    else {
+                        println!("leader() names {}, not one of our workers", leader.holder());
+                        ok = false;
+                        continue;
+                    };
+                    let pid = child.id().unwrap_or(0);
+                    let at_ms = unix_ms();
+                    child.start_kill()?; // SIGKILL
+                    println!(
+                        "{}  leader() names {} (term {}): SIGKILL to worker {id} (pid {pid})",
+                        clock_ms(at_ms),
+                        leader.holder(),
+                        leader.fencing_token()
+                    );
+                    killed = Some(Killed {
+                        worker: *id,
+                        term: leader.fencing_token(),
+                        at_ms,
+                    });
+                }
+            }
+        }
+    }
+    for (id, mut child) in children {
+        let status = child.wait().await?;
+        let was_killed = killed.as_ref().is_some_and(|k| k.worker == id);
+        if !status.success() && !was_killed {
+            println!("worker {id} exited with {status}");
+            ok = false;
+        }
+    }
+
+    print_summary(&rounds);
+    if args.kill_leader_after > 0 {
+        match (&killed, takeover) {
+            (Some(dead), Some((worker, term, after))) => {
+                let margin = if after <= lease_ms {
+                    "within the lease".to_owned()
+                } else {
+                    format!("{} ms past the lease", after - lease_ms)
+                };
+                println!(
+                    "takeover: worker {worker} took over {after} ms after worker {} was killed with SIGKILL \
+                     (watchdog lease {lease_ms} ms: {margin}); term {} -> {term}",
+                    dead.worker, dead.term
+                );
+            }
+            (Some(dead), None) => {
+                println!(
+                    "takeover: nobody took over after worker {} was killed",
+                    dead.worker
+                );
+                ok = false;
+            }
+            (None, _) => {
+                println!("the leader was never killed");
+                ok = false;
+            }
+        }
+    }
+    if !idle.is_empty() {
+        let idle: Vec<String> = idle.iter().map(ToString::to_string).collect();
+        println!(
+            "after the last round the leader resigned; then worker{} {} {} elected in turn, found nothing left to draw and resigned too",
+            if idle.len() == 1 { "" } else { "s" },
+            idle.join(", "),
+            if idle.len() == 1 { "was" } else { "were" }
+        );
+    }
+    let checked = check(data, args, first, &rounds).await?;
+    Ok(ok && checked)
+}
+
+/// Leader mode: one line per draw, as it is reported. `elected`: the drawer's latest
+/// election (term, at_ms); `at_ms`: the round's time.
+fn print_leader_round(event: &Event, elected: Option<(u64, u64)>, at_ms: u64) {
+    let time = &event.date[11..19];
+    match &event.outcome {
+        Outcome::Drew { token, .. } => {
+            let mut line = format!(
+                "round {} at {time}: worker {} drew, term {token}",
+                event.round, event.worker
+            );
+            if event.late_ms >= 250 {
+                line.push_str(&format!(", {} ms late", event.late_ms));
+                if elected.is_some_and(|(_, elected_at)| elected_at > at_ms) {
+                    line.push_str(" (no leader at its time: drawn on taking over)");
+                }
+            }
+            println!("{line}");
+        }
+        Outcome::Skipped { taken_by } => println!(
+            "round {} at {time}: worker {} skipped it, taken by worker {taken_by}",
+            event.round, event.worker
+        ),
+        Outcome::Error { message } => println!(
+            "round {} at {time}: worker {} failed: {message}",
+            event.round, event.worker
+        ),
+    }
 }
 
 fn print_round(reports: &[Event]) {
@@ -667,6 +1262,15 @@ fn unix_now_duration() -> Duration {
         .unwrap_or_default()
 }
 
+fn unix_ms() -> u64 {
+    unix_now_duration().as_millis().min(u128::from(u64::MAX)) as u64
+}
+
+/// `12:00:05.123` (UTC) for a Unix time in milliseconds.
+fn clock_ms(ms: u64) -> String {
+    format!("{}.{:03}", &utc(ms / 1000)[11..19], ms % 1000)
+}
+
 fn unix_now() -> u64 {
     unix_now_duration().as_secs()
 }
@@ -715,13 +1319,19 @@ async fn main() -> ExitCode {
         .init();
     let args = Args::parse();
     match args.worker {
-        Some(id) => match worker(&args, id).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("worker {id}: {error}");
-                ExitCode::FAILURE
+        Some(id) => {
+            let run = match args.mode {
+                Mode::Round => worker(&args, id).await,
+                Mode::Leader => leader_worker(&args, id).await,
+            };
+            match run {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("worker {id}: {error}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         None => match coordinator(&args).await {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::FAILURE,

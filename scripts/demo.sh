@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
-# The main job: the lottery draw, four worker processes contending for each round.
-# Extra arguments go to the example (try --help).
+# The main job: the lottery draw, in two steps.
+#   1. four worker processes contend for each round's lock (--mode round, the default);
+#   2. --mode leader: the workers elect one scheduler that draws every round; the demo
+#      kills the leader with SIGKILL mid-run and another worker takes over within the
+#      watchdog lease (2 s here), and the exactly-once check runs again.
+# With arguments, runs the example once with them instead (try --help).
+# Each run starts its own throwaway redis-server on a free loopback port (unless
+# REDLOCK_URL is set) and stops it when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
-cargo run --quiet --locked --example lottery -- "$@"
+if [ "$#" -gt 0 ]; then
+    exec cargo run --quiet --locked --example lottery -- "$@"
+fi
+echo "== 1/2: a lock per round: every worker fires, one draws (--mode round)"
+cargo run --quiet --locked --example lottery
+echo
+echo "== 2/2: an elected scheduler draws every round; the leader is killed mid-run (--mode leader)"
+cargo run --quiet --locked --example lottery -- \
+    --mode leader --workers 4 --rounds 4 --every 3 --lease-ms 2000 --kill-leader-after 2

@@ -154,6 +154,93 @@ fn lottery_without_hold_at_least_is_caught_drawing_twice() {
     assert!(run.stdout.contains("was drawn 2 times"), "{}", run.stdout);
 }
 
+/// The number right after `marker` in `line`.
+fn number_after(line: &str, marker: &str) -> u64 {
+    let rest = line
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("no {marker:?} in {line:?}"))
+        .1;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {marker:?} in {line:?}"))
+}
+
+#[test]
+fn lottery_leader_is_replaced_within_the_lease_after_a_sigkill() {
+    let lease_ms = 1000;
+    let run = run_example(
+        "lottery",
+        &[
+            "--mode",
+            "leader",
+            "--workers",
+            "3",
+            "--rounds",
+            "3",
+            "--every",
+            "1",
+            "--lease-ms",
+            "1000",
+            "--kill-leader-after",
+            "1",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(run.success, "the lottery failed:\n{}", run.stdout);
+    // One leader at first, the two others candidates.
+    assert!(
+        run.stdout
+            .lines()
+            .any(|line| line.contains("elected scheduler") && line.ends_with("wait as candidates")),
+        "{}",
+        run.stdout
+    );
+    // The coordinator killed the worker leader() named, right after round 1.
+    let kill = run
+        .stdout
+        .lines()
+        .find(|line| line.contains("SIGKILL to worker "))
+        .unwrap_or_else(|| panic!("no kill in:\n{}", run.stdout));
+    let killed = number_after(kill, "SIGKILL to worker ");
+    assert!(
+        kill.contains(&format!("leader() names lottery-worker-{killed} ")),
+        "{kill}"
+    );
+    let first = round_line(&run.stdout, 1);
+    assert_eq!(number_after(first, ": worker "), killed, "{first}");
+    let old_term = number_after(first, "term ");
+    // Another worker took over once the dead leader's lease ran out (not before: at most
+    // one leader within a lease), and no later than the lease plus a small bound.
+    let takeover = run
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("takeover: worker "))
+        .unwrap_or_else(|| panic!("no takeover in:\n{}", run.stdout));
+    let successor = number_after(takeover, "takeover: worker ");
+    assert_ne!(successor, killed, "{takeover}");
+    let after_ms = number_after(takeover, "took over ");
+    assert!(
+        (lease_ms / 2..=lease_ms + 1000).contains(&after_ms),
+        "took over {after_ms} ms after the kill, the lease is {lease_ms} ms: {takeover}"
+    );
+    let new_term = number_after(takeover, " -> ");
+    assert_eq!(number_after(takeover, "; term "), old_term, "{takeover}");
+    assert!(new_term > old_term, "{takeover}");
+    // The new leader drew the rest, in its term, and nothing twice.
+    for round in 2..=3 {
+        let line = round_line(&run.stdout, round);
+        assert_eq!(number_after(line, ": worker "), successor, "{line}");
+        assert_eq!(number_after(line, "term "), new_term, "{line}");
+    }
+    assert!(
+        run.stdout
+            .contains("exactly-once check passed: 3 rounds, 3 draws in Redis, one per round"),
+        "{}",
+        run.stdout
+    );
+}
+
 #[test]
 fn orders_are_charged_exactly_once_and_stale_writes_are_fenced() {
     let run = run_example(

@@ -3,9 +3,14 @@
 //! ```text
 //! #(#attrs)* #vis #sig {
 //!     let __key = format!("order:{}", id);            // before the body moves `id`
-//!     let __client = Some(client_from(&(self.locks)));  // or None: the default client
-//!     let __body = typed_body::<#body_type, _>(async move #body);
-//!     run_locked(__client, __key, LockSpec { .., label: "order:<id>", mode }, __body).await
+//!     let __client = Some(AsLockClient::as_lock_client(&(self.locks)).clone());  // or None
+//!     let __body = async move {
+//!         // Never runs: fixes the block's type to the function's, before the body.
+//!         if let Some(never) = None::<#return_type> { return never; }
+//!         #body
+//!     };
+//!     from_result(run_locked(__client, __key, LockSpec { .., label: "order:<id>", mode },
+//!         __body, Conversions { into_result, from_lock_error, skipped }).await)
 //! }
 //! ```
 //!
@@ -490,14 +495,34 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
         )
     };
 
+    // The body's type is fixed before rustc checks the body. An async block declares no
+    // return type: its first `return` (or else its tail) decides it, so `return id;` or
+    // `Ok("x")` in a `Result<u64, _>` function would be reported against the expansion,
+    // not on the expression. A `return` that never runs, written first and located at
+    // the function's return type, fixes it: the body's `return`s, `?`s and tail are then
+    // ordinary mismatches on the user's expression, and rustc's "return type inferred to
+    // be ... here" points at the signature.
+    let never = format_ident!(
+        "__redlock_never",
+        span = Span::mixed_site().located_at(ty_span)
+    );
+    let typed_return = quote! {
+        if let ::redlock_runtime::__private::Some(#never) =
+            ::redlock_runtime::__private::Option::<#body_type>::None
+        {
+            return #never;
+        }
+    };
+
     quote! {
         #(#attrs)*
         #vis #sig {
             let #key_var: ::redlock_runtime::__private::String = #key;
             let #client_var = #client;
-            let #body_var = ::redlock_runtime::__private::typed_body::<#body_type, _>(
-                async move #body
-            );
+            let #body_var = async move {
+                #typed_return
+                #body
+            };
             #run
         }
     }

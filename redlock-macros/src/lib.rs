@@ -153,25 +153,45 @@ use proc_macro::TokenStream;
 ///
 /// # With `#[tracing::instrument]`
 ///
-/// Attributes apply from the top down, so the order decides what the span covers:
+/// Attributes expand from the top down: the upper one rewrites the function first, and
+/// the lower one then wraps what it produced. So the attribute written *below* is the
+/// *outer* one at run time, and the order decides what the span covers:
+///
+/// - **`#[tracing::instrument]` below `#[distributed_lock]`**: the span covers waiting
+///   for and acquiring the lock as well as the body, and `err` logs a failure to lock
+///   at ERROR inside the span (``ERROR pay_order{id=42}: error=lock `order:42` not
+///   acquired: …``). Use it to see lock waits and lock failures in your traces. For a
+///   scheduled job add `on_busy = "skip"`, so that finding the lock taken is `Ok(None)`,
+///   not an ERROR line from every other instance.
+/// - **`#[tracing::instrument]` above `#[distributed_lock]`**: the span starts only once
+///   the lock is held and covers the body alone; a failure to lock never reaches it (no
+///   span is created, `err` logs nothing). Use it to time the protected work alone, when
+///   the caller reports lock failures itself.
 ///
 /// ```no_run
 /// # use redlock_runtime::{distributed_lock, LockError};
-/// // Above: the span covers the acquisition too, and `err` logs lock errors
-/// // (a busy lock included; use `on_busy = "skip"` for scheduled jobs, so that a
-/// // skipped run is `Ok(None)`, not an ERROR line on every other instance).
+/// // Below: the span covers the acquisition; `err` logs lock errors (and body errors).
+/// #[distributed_lock(key = "order:<id>", wait = "3s")]
 /// #[tracing::instrument(err)]
+/// async fn pay_order(id: u64) -> Result<(), LockError> {
+/// #   let _ = id;
+///     Ok(())
+/// }
+///
+/// // Below, for a scheduled job: a busy lock is a quiet skip (`Ok(None)`), while
+/// // Redis being down is still logged at ERROR.
 /// #[distributed_lock(key = "report:<day>", on_busy = "skip")]
+/// #[tracing::instrument(err)]
 /// async fn nightly_report(day: u32) -> Result<Option<()>, LockError> {
 /// #   let _ = day;
 ///     Ok(Some(()))
 /// }
 ///
-/// // Below: the span starts inside the lock, around the body only; it never sees
-/// // the lock's errors. Use it to time the protected work alone.
-/// #[distributed_lock(key = "order:<id>", wait = "3s")]
-/// #[tracing::instrument]
-/// async fn pay_order(id: u64) -> Result<(), LockError> {
+/// // Above: the span starts inside the lock and times the body only; a failure to
+/// // lock is returned to the caller without any span or log line from here.
+/// #[tracing::instrument(err)]
+/// #[distributed_lock(key = "invoice:<id>", wait = "3s")]
+/// async fn render_invoice(id: u64) -> Result<(), LockError> {
 /// #   let _ = id;
 ///     Ok(())
 /// }
@@ -190,7 +210,9 @@ use proc_macro::TokenStream;
 /// `AppResult<T>`, `io::Result<T>`, `anyhow::Result<T>`), an error type without
 /// `From<LockError>` (named, with the `impl` to add), a `client` that is not a
 /// `LockClient` (with how to make one), and `on_busy = "skip"` without
-/// `Result<Option<T>, E>`.
+/// `Result<Option<T>, E>`. The body is checked against the declared return type as
+/// in a function without the attribute: `Ok("x")` or `return id;` in a function
+/// returning `Result<u64, E>` is rustc's own mismatch on that expression.
 ///
 /// A placeholder that formats to an empty string is not refused: `"user:<name>"` with
 /// `name == ""` locks the key `user:`, shared by every empty name.

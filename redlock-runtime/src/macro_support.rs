@@ -293,12 +293,6 @@ impl<T, E> SkippableResult for Result<Option<T>, E> {
     }
 }
 
-/// Fixes an async block's output type, so that `?` and `return` in the body convert
-/// into the function's own return type.
-pub fn typed_body<R, F: Future<Output = R>>(body: F) -> F {
-    body
-}
-
 /// How the expansion converts the function's return type `R`: plain functions the
 /// expansion names through the traits above, so that a wrong type is reported on the
 /// user's code, with the traits' messages, not inside this function.

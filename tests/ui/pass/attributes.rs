@@ -1,5 +1,5 @@
 // Doc comments, visibility and other attributes are kept; composes with `#[tracing::instrument]`
-// in either order.
+// in either order (attributes expand from the top down: the lower one ends up outermost).
 #![deny(missing_docs)]
 //! Crate docs.
 
@@ -23,7 +23,7 @@ pub(crate) mod inner {
     }
 }
 
-/// Instrumented outside the lock.
+/// Instrumented inside the lock: written above, the span starts once the lock is held.
 #[tracing::instrument]
 #[distributed_lock(key = "traced:<id>", wait = "1s")]
 pub async fn instrument_first(id: u64) -> Result<u64, LockError> {
@@ -31,7 +31,8 @@ pub async fn instrument_first(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
-/// Instrumented inside the lock.
+/// Instrumented around the lock: written below, the span covers the acquisition, and
+/// `err` logs a failure to lock.
 #[distributed_lock(key = "traced:<id>", wait = "1s")]
 #[tracing::instrument(err(Debug))]
 pub async fn lock_first(id: u64) -> Result<u64, LockError> {

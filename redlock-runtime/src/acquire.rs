@@ -259,7 +259,9 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                 drop(attempts);
                 return Ok(plan.into_guard(owner, fencing_token, sent_at, turn));
             }
-            Ok(Outcome::Busy { ttl, split }) => attempts.wait_for_news(sent_at, ttl, split).await?,
+            Ok(Outcome::Busy { ttl, split, .. }) => {
+                attempts.wait_for_news(sent_at, ttl, split).await?
+            }
             Ok(Outcome::NoQuorum { reached }) => {
                 let needed = plan.core.masters().quorum();
                 let key = plan.key.clone();
@@ -489,9 +491,14 @@ impl<'a, K: Kind> Attempts<'a, K> {
         if let Some(baton) = self.baton.take() {
             // Unknown after an error: the releaser then releases in Redis itself.
             if let Ok(outcome) = &outcome {
+                // Deleted by this attempt's script: the release is done, whether the
+                // key then came to this attempt or went to a waiting writer first.
                 baton.finish(matches!(
                     outcome,
                     Outcome::Acquired {
+                        handed_off: true,
+                        ..
+                    } | Outcome::Busy {
                         handed_off: true,
                         ..
                     }

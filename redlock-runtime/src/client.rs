@@ -659,7 +659,26 @@ impl LockClientBuilder {
                 .map(|(info, shown)| connect::server(info, shown, config, redlock)),
         )
         .await;
-        connected.into_iter().collect()
+        let masters = connected.len();
+        let mut nodes = Vec::with_capacity(masters);
+        let mut refused = Vec::new();
+        for result in connected {
+            let (node, failure) = result?;
+            // A master that is down may come back; one that refuses this client's
+            // credentials or certificate will not until the configuration changes.
+            if let Some(failure) = failure.filter(|failure| !failure.is_outage()) {
+                refused.push(failure);
+            }
+            nodes.push(node);
+        }
+        // Refused by so many masters that no majority can ever form: the configuration
+        // is wrong, say so now rather than `NoQuorum` at every acquire.
+        if masters - refused.len() < masters / 2 + 1
+            && let Some(first) = refused.into_iter().next()
+        {
+            return Err(first);
+        }
+        Ok(nodes)
     }
 }
 

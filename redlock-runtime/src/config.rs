@@ -179,14 +179,24 @@ impl ClientConfig {
     }
 }
 
-/// Hides the password of a URL shown in errors and logs.
+/// Hides the credentials of a URL, or of each URL of a comma-separated spec, shown in
+/// errors and logs: everything before the last `@` after the scheme's `://` — or, in a
+/// mistyped URL without `://` (`redis:/user:pw@h`, `:pw@h`), from its start.
 pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}://***{}", &url[..scheme_end], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
+    url.split(',')
+        .map(|part| match part.rfind('@') {
+            None => part.to_owned(),
+            Some(at) => {
+                let start = part
+                    .find("://")
+                    .map(|scheme_end| scheme_end + 3)
+                    .filter(|&start| start <= at)
+                    .unwrap_or(0);
+                format!("{}***{}", &part[..start], &part[at..])
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -274,5 +284,15 @@ mod tests {
             "redis://***@host:6379/0"
         );
         assert_eq!(redact("redis://127.0.0.1/"), "redis://127.0.0.1/");
+        assert_eq!(
+            redact("cluster:redis://u:pw1@a:7000/,redis://:pw2@b:7000/"),
+            "cluster:redis://***@a:7000/,redis://***@b:7000/"
+        );
+        // Mistyped URLs keep nothing before the `@`.
+        for mistyped in ["redis:/u:pw@h:1/", "redis//:pw@h", "u:pw@h:1", ":pw@h:1"] {
+            let shown = redact(mistyped);
+            assert!(!shown.contains("pw"), "{mistyped} -> {shown}");
+            assert!(shown.ends_with("@h:1/") || shown.ends_with("@h") || shown.ends_with("@h:1"));
+        }
     }
 }

@@ -19,12 +19,14 @@ use crate::notify::{self, ReleaseNotifications};
 use crate::sentinel::SentinelConnection;
 
 /// Connects in RESP3, so that release notifications arrive on the same connection.
+/// With `lazy_on_failure` (a RedLock master), a server that cannot be connected to now
+/// still gives a node, which keeps trying it on every use, along with the error.
 pub(crate) async fn server(
     info: redis::ConnectionInfo,
     url: String,
     config: &ClientConfig,
     lazy_on_failure: bool,
-) -> Result<Node, LockError> {
+) -> Result<(Node, Option<LockError>), LockError> {
     let connect_error = |source| LockError::connect(&url, source);
     let settings = info
         .redis_settings()
@@ -34,7 +36,7 @@ pub(crate) async fn server(
     let redis_client = open(info, config).map_err(connect_error)?;
     let handler = notify::push_handler();
     let manager_config = manager_config(config, &handler);
-    let mut reachable = true;
+    let mut failure = None;
     let connection = match ConnectionManager::new_with_config(
         redis_client.clone(),
         manager_config.clone(),
@@ -42,12 +44,12 @@ pub(crate) async fn server(
     .await
     {
         Ok(connection) => connection,
-        // A RedLock master that is down now: keep trying it on every use.
-        // Refused credentials and a certificate that does not verify are mistakes, not
-        // outages: told at once, as with one server.
-        Err(error) if lazy_on_failure && LockError::connect(&url, error.clone()).is_outage() => {
-            reachable = false;
-            tracing::warn!(%url, %error, "redlock: a master is unreachable; will retry it");
+        // A RedLock master that is down now, or that refuses this client (the caller
+        // decides whether enough masters are left: see `LockClient::connect`).
+        Err(error) if lazy_on_failure => {
+            let error = connect_error(error);
+            tracing::warn!(%url, error = %error.chain(), "redlock: cannot use a master now; will retry it");
+            failure = Some(error);
             ConnectionManager::new_lazy_with_config(redis_client.clone(), manager_config)
                 .map_err(connect_error)?
         }
@@ -57,10 +59,10 @@ pub(crate) async fn server(
     let notifications = ReleaseNotifications::start(connection.clone(), &handler);
     let confirming = Confirming::new(config, Primary::Server(Box::new(redis_client)));
     let node = Node::new(url, connection, notifications, config, confirming);
-    if reachable {
+    if failure.is_none() {
         node.check_eviction_policy().await;
     }
-    Ok(node)
+    Ok((node, failure))
 }
 
 #[cfg(feature = "cluster")]

@@ -57,6 +57,9 @@ pub(crate) enum Outcome {
     Busy {
         ttl: Duration,
         split: bool,
+        /// One server: the hand-off's previous owner's lock was deleted (see
+        /// `node::Attempt::Busy`).
+        handed_off: bool,
     },
     NotALock {
         found: String,
@@ -192,7 +195,11 @@ impl Masters {
                         fencing_token: token,
                         handed_off,
                     },
-                    Attempt::Busy { ttl } => Outcome::Busy { ttl, split: false },
+                    Attempt::Busy { ttl, handed_off } => Outcome::Busy {
+                        ttl,
+                        split: false,
+                        handed_off,
+                    },
                     Attempt::NotALock { found } => Outcome::NotALock { found },
                     Attempt::OtherShares { limit } => Outcome::OtherShares { limit },
                 },
@@ -213,7 +220,11 @@ impl Masters {
                             }
                             Outcome::NotReplicated { confirmed, needed }
                         }
-                        (Attempt::Busy { ttl }, _, _) => Outcome::Busy { ttl, split: false },
+                        (Attempt::Busy { ttl, handed_off }, _, _) => Outcome::Busy {
+                            ttl,
+                            split: false,
+                            handed_off,
+                        },
                         (Attempt::NotALock { found }, _, _) => Outcome::NotALock { found },
                         (Attempt::OtherShares { limit }, _, _) => Outcome::OtherShares { limit },
                     }
@@ -852,7 +863,7 @@ impl Tally {
         self.answers.push((index, boot.clone()));
         match attempt {
             Attempt::Acquired { token, .. } => self.granted.push((index, token, boot)),
-            Attempt::Busy { ttl } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
+            Attempt::Busy { ttl, .. } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
             Attempt::NotALock { found } => self.found = Some(found),
             // RedLock takes no shares (refused before any attempt): a key some other
             // client holds in shares is not a lock this attempt can take.
@@ -955,6 +966,7 @@ impl Tally {
         Outcome::Busy {
             ttl: self.ttl.unwrap_or(Duration::ZERO),
             split: !self.granted.is_empty(),
+            handed_off: false,
         }
     }
 
@@ -1047,6 +1059,7 @@ mod tests {
         Some((
             Attempt::Busy {
                 ttl: Duration::from_secs(1),
+                handed_off: false,
             },
             Boot::Votes,
         ))

@@ -21,8 +21,12 @@ pub(crate) enum Attempt {
         token: u64,
         handed_off: bool,
     },
+    /// `handed_off`: the hand-off's previous owner still held it and its lock was
+    /// deleted, but the key went to someone first in line (a read lock's waiting
+    /// writer): the release is done all the same.
     Busy {
         ttl: Duration,
+        handed_off: bool,
     },
     NotALock {
         found: String,
@@ -597,6 +601,7 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
         Some(Value::Int(0)) => number(value)
             .map(|ttl| Attempt::Busy {
                 ttl: Duration::from_millis(ttl),
+                handed_off: number(reply.get(3)) == Some(1),
             })
             .ok_or_else(bad_reply),
         Some(Value::Int(-2)) => number(value)
@@ -761,7 +766,7 @@ mod tests {
         assert_eq!(boot, Boot::Votes);
         let (attempt, boot) =
             parse_attempt(vec![Value::Int(0), Value::Int(250), Value::Int(2)]).unwrap();
-        assert!(matches!(attempt, Attempt::Busy { ttl } if ttl == Duration::from_millis(250)));
+        assert!(matches!(attempt, Attempt::Busy { ttl, .. } if ttl == Duration::from_millis(250)));
         assert_eq!(boot, Boot::Restarted);
         let (attempt, boot) =
             parse_attempt(vec![Value::Int(-1), bulk("list"), bulk("abc123")]).unwrap();

@@ -260,8 +260,9 @@ end
 /// readers cannot starve a writer; when the key is free but a writer waits, the
 /// reader reserves the key for the waitlist's head and wakes it.
 ///
-/// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0}` when
-/// busy, `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
+/// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0,
+/// handed_off}` when busy (a hand-off's lock may have been deleted for a writer first
+/// in line), `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
 /// found, 0}` when the key is held in shares under another limit (a semaphore of
 /// another size, or a read lock).
 pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -333,7 +334,7 @@ if busy_for then
     redis.call('PEXPIRE', KEYS[2], keep)
     redis.call('PEXPIRE', KEYS[3], keep)
   end
-  return {{0, busy_for, 0}}
+  return {{0, busy_for, 0, handed_off}}
 end
 if ARGV[6] ~= '' and (ARGV[7] == '1' or reserved) then
   redis.call('ZREM', KEYS[2], ARGV[6])

@@ -15,6 +15,8 @@ pub struct SentinelSetup {
     pub primary: RedisServer,
     pub replica: RedisServer,
     pub sentinels: Vec<Sentinel>,
+    /// The password of every process, with [`SentinelSetup::start_with_password`].
+    password: Option<String>,
 }
 
 /// One `redis-server --sentinel` process.
@@ -22,11 +24,14 @@ pub struct SentinelSetup {
 pub struct Sentinel {
     child: Child,
     port: u16,
+    password: Option<String>,
     _dir: tempfile::TempDir,
 }
 
 impl Sentinel {
-    fn start(primary_port: u16) -> Self {
+    /// `password`: the sentinel's own `requirepass`, the one it gives the other
+    /// sentinels (`sentinel-pass`) and the one it gives the data nodes (`auth-pass`).
+    fn start(primary_port: u16, password: Option<&str>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("redlock-sentinel-")
             .tempdir()
@@ -34,18 +39,21 @@ impl Sentinel {
         for _ in 0..20 {
             let port = free_port();
             let config = dir.path().join("sentinel.conf");
-            std::fs::write(
-                &config,
-                format!(
-                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
-                     sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {SERVICE} 1000\n\
-                     sentinel failover-timeout {SERVICE} 3000\n\
-                     sentinel parallel-syncs {SERVICE} 1\n",
-                    dir = dir.path().display()
-                ),
-            )
-            .expect("write sentinel.conf");
+            let mut text = format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+                 sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {SERVICE} 1000\n\
+                 sentinel failover-timeout {SERVICE} 3000\n\
+                 sentinel parallel-syncs {SERVICE} 1\n",
+                dir = dir.path().display()
+            );
+            if let Some(password) = password {
+                text.push_str(&format!(
+                    "requirepass {password}\nsentinel sentinel-pass {password}\n\
+                     sentinel auth-pass {SERVICE} {password}\n"
+                ));
+            }
+            std::fs::write(&config, text).expect("write sentinel.conf");
             let mut child = Command::new(redis_server_binary().expect("redis-server"))
                 .arg(&config)
                 .arg("--sentinel")
@@ -55,11 +63,18 @@ impl Sentinel {
                 .spawn()
                 .expect("spawn a sentinel");
             let deadline = Instant::now() + Duration::from_secs(10);
+            let answers = || match password {
+                None => ping(port),
+                Some(password) => {
+                    crate::redis_cli(port, &["-a", password, "--no-auth-warning", "PING"]) == "PONG"
+                }
+            };
             while Instant::now() < deadline {
-                if ping(port) {
+                if answers() {
                     return Sentinel {
                         child,
                         port,
+                        password: password.map(str::to_owned),
                         _dir: dir,
                     };
                 }
@@ -78,9 +93,13 @@ impl Sentinel {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// Runs `redis-cli` against this sentinel.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Runs `redis-cli` against this sentinel (with its password, if it has one).
     pub fn cli(&self, args: &[&str]) -> String {
-        crate::redis_cli(self.port, args)
+        crate::redis_cli(self.port, &with_password(self.password.as_deref(), args))
     }
 
     /// The port of the primary this sentinel currently names.
@@ -102,22 +121,54 @@ impl Drop for Sentinel {
 impl SentinelSetup {
     /// Starts everything and waits until the sentinels know the replica and each other.
     pub fn start() -> Self {
+        Self::start_inner(None)
+    }
+
+    /// Like [`SentinelSetup::start`], with `password` everywhere: the primary's and the
+    /// replica's `requirepass` and `masterauth`, and the sentinels' own `requirepass`,
+    /// `sentinel-pass` and `auth-pass`. The servers' own [`RedisServer::cli`] does not
+    /// know it: use [`SentinelSetup::server_cli`] (the sentinels' `cli` knows it).
+    pub fn start_with_password(password: &str) -> Self {
+        Self::start_inner(Some(password))
+    }
+
+    fn start_inner(password: Option<&str>) -> Self {
         let primary = RedisServer::start();
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(primary.port())).collect();
+        let primary_port = primary.port().to_string();
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", primary_port.as_str()];
+        if let Some(password) = password {
+            // Set after start (the kit checks a new server with a plain PING), and on the
+            // primary before the replica connects: a replica's AUTH to a primary without
+            // a password fails. (And the replica syncs at once, not after Redis 7's 5 s.)
+            primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+            primary.cli(&["CONFIG", "SET", "requirepass", password]);
+            // For when it is a replica, after a failover.
+            redis_cli_with(
+                &primary,
+                Some(password),
+                &["CONFIG", "SET", "masterauth", password],
+            );
+            replica_args.extend(["--masterauth", password]);
+        }
+        let replica = RedisServer::start_with(&replica_args);
+        if let Some(password) = password {
+            replica.cli(&["CONFIG", "SET", "requirepass", password]);
+        }
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|_| Sentinel::start(primary.port(), password))
+            .collect();
         let setup = SentinelSetup {
             primary,
             replica,
             sentinels,
+            password: password.map(str::to_owned),
         };
         setup.wait_until(
             Duration::from_secs(30),
             "the replica to sync and the sentinels to meet",
             |setup| {
                 setup
-                    .replica
-                    .cli(&["INFO", "replication"])
+                    .server_cli(&setup.replica, &["INFO", "replication"])
                     .contains("master_link_status:up")
                     && setup.sentinels.iter().all(|sentinel| {
                         let info = sentinel.cli(&["INFO", "sentinel"]);
@@ -144,9 +195,17 @@ impl SentinelSetup {
                     .sentinels
                     .iter()
                     .all(|sentinel| sentinel.primary_port() == Some(replica))
-                    && setup.replica.cli(&["ROLE"]).starts_with("master")
+                    && setup
+                        .server_cli(&setup.replica, &["ROLE"])
+                        .starts_with("master")
             },
         );
+    }
+
+    /// Runs `redis-cli` against `server` (the primary or the replica), with the setup's
+    /// password if it has one.
+    pub fn server_cli(&self, server: &RedisServer, args: &[&str]) -> String {
+        redis_cli_with(server, self.password.as_deref(), args)
     }
 
     fn wait_until(&self, limit: Duration, what: &str, ready: impl Fn(&Self) -> bool) {
@@ -156,4 +215,19 @@ impl SentinelSetup {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// `redis-cli` against `server`, authenticated with `password` if there is one.
+fn redis_cli_with(server: &RedisServer, password: Option<&str>, args: &[&str]) -> String {
+    server.cli(&with_password(password, args))
+}
+
+/// `args`, preceded by `redis-cli`'s options to authenticate with `password`, if any.
+fn with_password<'a>(password: Option<&'a str>, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = Vec::with_capacity(args.len() + 3);
+    if let Some(password) = password {
+        all.extend(["-a", password, "--no-auth-warning"]);
+    }
+    all.extend_from_slice(args);
+    all
 }

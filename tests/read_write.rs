@@ -258,3 +258,60 @@ async fn an_election_has_one_leader_and_terms_increase() {
     assert!(timed.expect_err("b leads").is_busy());
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn hold_at_least_keeps_a_share_after_an_early_release() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let reader = a
+        .read_lock("doc:9")
+        .lease(10 * SECOND)
+        .hold_at_least(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap();
+    let released = std::time::Instant::now();
+    reader.release().await.unwrap();
+    let refused = b.write_lock("doc:9").acquire().await.expect_err("kept");
+    assert!(refused.is_busy(), "{refused}");
+    // Another reader may still join a kept read; a writer waits for the minimum hold.
+    let other = b.read_lock("doc:9").acquire().await.expect("readers share");
+    other.release().await.unwrap();
+    let writer = b
+        .write_lock("doc:9")
+        .wait(5 * SECOND)
+        .acquire()
+        .await
+        .unwrap();
+    let after = released.elapsed();
+    assert!(
+        after >= Duration::from_millis(550),
+        "writer in after {after:?}"
+    );
+    assert!(after < 3 * SECOND, "writer in after {after:?}");
+    writer.release().await.unwrap();
+
+    // A semaphore's permit kept for its minimum hold still counts against the limit.
+    let permit = a
+        .semaphore("jobs", 1)
+        .lease(10 * SECOND)
+        .hold_at_least(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap();
+    permit.release().await.unwrap();
+    assert!(
+        b.semaphore("jobs", 1)
+            .acquire()
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    let next = b
+        .semaphore("jobs", 1)
+        .wait(5 * SECOND)
+        .acquire()
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+}

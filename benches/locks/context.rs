@@ -9,7 +9,7 @@ use redlock_testkit::RedisServer;
 use crate::Options;
 use crate::contenders::Lock;
 use crate::scenarios;
-use crate::stats::{Figure, Report, Verdict};
+use crate::stats::{Figure, Report, Verdict, micros, quantile};
 use crate::system;
 
 /// PINGs in a round-trip block, and cycles in an uncontended block.
@@ -117,6 +117,35 @@ impl Bench {
             rslocks.push(Lock::rslock(&self.url));
         }
         (redlocks, rslocks)
+    }
+
+    /// `n` fresh redlock clients (a connection each): how separate processes share a
+    /// key. The lock family's scenarios use them directly (rslock has no read lock and
+    /// no semaphore).
+    pub async fn redlock_clients(&self, n: usize) -> Vec<redlock_runtime::LockClient> {
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            clients.push(
+                redlock_runtime::LockClient::connect(&self.url)
+                    .await
+                    .expect("connect redlock"),
+            );
+        }
+        clients
+    }
+
+    /// The PING round trip now, in µs: the p50 of a block, and the p50 of PINGs each
+    /// sent after a [`HOLD`] of sleep (as a parked task sees it).
+    pub async fn rtt_now(&mut self) -> (f64, f64) {
+        let rtt = quantile(
+            &scenarios::ping_block(&mut self.ping, BLOCK_LEN / self.scale).await,
+            0.5,
+        );
+        let idle = quantile(
+            &scenarios::idle_ping_block(&mut self.ping, 100 / self.scale, HOLD).await,
+            0.5,
+        );
+        (micros(rtt), micros(idle))
     }
 
     /// The row that sums the violations of every contended run.

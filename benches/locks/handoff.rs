@@ -109,6 +109,14 @@ pub async fn run(bench: &mut Bench) -> Curves {
 }
 
 impl Curves {
+    /// redlock's handoff p50 and p99 and the PING RTT p50 of its run at `waiters`
+    /// waiters (µs), if that count was measured.
+    pub fn redlock_at(&self, waiters: usize) -> Option<(f64, f64, f64)> {
+        let at = self.handoffs[0].iter().find(|p| p.0 == waiters as f64)?;
+        let rtt = self.rtts.iter().find(|p| p.0 == waiters as f64)?;
+        Some((at.1, at.2, rtt.1))
+    }
+
     /// The plot as SVG: p50 and p99 of each lock, and the PING RTT. Dated when drawn.
     pub fn plot(self) -> String {
         let color = ["#1f77b4", "#d62728"];

@@ -3,29 +3,47 @@
 //! same run. Prints one Markdown table, a `BENCH {...}` line per figure, and writes
 //! the handoff-latency plot.
 //!
-//! `cargo bench --bench locks [-- --svg PATH] [-- --quick]` (see `scripts/bench.sh`).
+//! `cargo bench --bench locks [-- --svg PATH] [-- --quick] [-- --only NAME,NAME]`
+//! (see `scripts/bench.sh`).
 //!
 //! Each scenario is a module of its own; `run` below calls them in the order the
-//! figures appear, which is also the order they are measured in.
+//! figures appear, which is also the order they are measured in. `--only` runs the
+//! scenarios named (see [`SCENARIOS`]) and no other.
 
 mod contenders;
 mod contention;
 mod context;
 mod handoff;
 mod monitor;
+mod read_throughput;
 mod redis_time;
 mod round_trips;
 mod scenarios;
+mod semaphore_handoff;
 mod stats;
 mod svg;
 mod system;
 mod throughput;
 mod uncontended;
 mod watchdog;
+mod writer_wait;
 
 use context::Bench;
 use throughput::CycleCommands;
 use uncontended::Uncontended;
+
+/// The scenarios `--only` can name, in the order they run.
+const SCENARIOS: [&str; 9] = [
+    "uncontended",
+    "throughput",
+    "contention",
+    "handoff",
+    "round_trips",
+    "watchdog",
+    "read_throughput",
+    "writer_wait",
+    "semaphore_handoff",
+];
 
 /// Options from the command line (cargo passes `--bench` too; it is ignored).
 #[derive(Debug)]
@@ -33,6 +51,8 @@ struct Options {
     svg: String,
     quick: bool,
     current_thread: bool,
+    /// The scenarios to run; every one when `None`.
+    only: Option<Vec<String>>,
 }
 
 impl Options {
@@ -41,6 +61,7 @@ impl Options {
             svg: "benches/handoff-latency.svg".to_owned(),
             quick: false,
             current_thread: false,
+            only: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -48,10 +69,29 @@ impl Options {
                 "--svg" => options.svg = args.next().expect("--svg needs a path"),
                 "--quick" => options.quick = true,
                 "--current-thread" => options.current_thread = true,
+                "--only" => {
+                    let names = args.next().expect("--only needs scenario names");
+                    let names: Vec<String> = names.split(',').map(str::to_owned).collect();
+                    for name in &names {
+                        assert!(
+                            SCENARIOS.contains(&name.as_str()),
+                            "unknown scenario {name:?}; the scenarios: {}",
+                            SCENARIOS.join(", ")
+                        );
+                    }
+                    options.only = Some(names);
+                }
                 _ => {}
             }
         }
         options
+    }
+
+    /// Whether the scenario `name` runs.
+    fn runs(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|n| n == name))
     }
 }
 
@@ -75,21 +115,51 @@ async fn run(options: Options) {
     let cycle_commands = CycleCommands::capture(&bench).await;
     bench.warm_up().await;
 
-    let uncontended = Uncontended::measure(&mut bench).await;
-    // Measured after the uncontended blocks, reported within their breakdown.
-    let server_time = redis_time::run(&mut bench).await;
-    uncontended.report(&mut bench, server_time);
-    throughput::run(&mut bench, &cycle_commands).await;
-    contention::run(&mut bench).await;
-    let handoff_curves = handoff::run(&mut bench).await;
-    round_trips::run(&mut bench).await;
-    watchdog::run(&mut bench, uncontended.rtt()).await;
+    let mut rtt = None;
+    if options.runs("uncontended") {
+        let uncontended = Uncontended::measure(&mut bench).await;
+        // Measured after the uncontended blocks, reported within their breakdown.
+        let server_time = redis_time::run(&mut bench).await;
+        uncontended.report(&mut bench, server_time);
+        rtt = Some(uncontended.rtt());
+    }
+    if options.runs("throughput") {
+        throughput::run(&mut bench, &cycle_commands).await;
+    }
+    if options.runs("contention") {
+        contention::run(&mut bench).await;
+    }
+    let mut handoff_curves = None;
+    if options.runs("handoff") {
+        handoff_curves = Some(handoff::run(&mut bench).await);
+    }
+    if options.runs("round_trips") {
+        round_trips::run(&mut bench).await;
+    }
+    if options.runs("watchdog") {
+        let rtt = match rtt {
+            Some(rtt) => rtt,
+            None => bench.rtt_now().await.0,
+        };
+        watchdog::run(&mut bench, rtt).await;
+    }
+    // The lock family: read-write lock and semaphore (redlock only: rslock has neither).
+    if options.runs("read_throughput") {
+        read_throughput::run(&mut bench).await;
+    }
+    if options.runs("writer_wait") {
+        writer_wait::run(&mut bench).await;
+    }
+    if options.runs("semaphore_handoff") {
+        semaphore_handoff::run(&mut bench, handoff_curves.as_ref()).await;
+    }
     bench.report_violations();
 
     let report = &mut bench.report;
-    match std::fs::write(&options.svg, handoff_curves.plot()) {
-        Ok(()) => report.note(format!("handoff plot written to {}", options.svg)),
-        Err(error) => report.note(format!("could not write {}: {error}", options.svg)),
+    match handoff_curves.map(|curves| std::fs::write(&options.svg, curves.plot())) {
+        Some(Ok(())) => report.note(format!("handoff plot written to {}", options.svg)),
+        Some(Err(error)) => report.note(format!("could not write {}: {error}", options.svg)),
+        None => report.note("handoff not run: plot not written"),
     }
     println!();
     println!("{}", bench.header);

@@ -39,7 +39,7 @@ pub async fn run(bench: &mut Bench) -> [f64; 2] {
 }
 
 /// Total microseconds Redis spent in `commands` so far (`INFO commandstats`).
-async fn command_usec(
+pub async fn command_usec(
     connection: &mut redis::aio::MultiplexedConnection,
     commands: &[&str],
 ) -> f64 {

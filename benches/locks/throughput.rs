@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::context::Bench;
-use crate::monitor::Monitor;
+use crate::monitor::{Command, Monitor};
 use crate::scenarios;
 use crate::stats::{Figure, Verdict, median, number};
 use crate::system;
@@ -49,19 +49,15 @@ impl CycleCommands {
         warm.retain(|c| !c.from_script);
         // One cycle sends the acquire script (5 keys: the lock, the fence counter, the
         // key's two waitlist keys and, on one server, the lock again in place of
-        // RedLock's restart marker) and the release script (4 keys: the lock, the
-        // waitlist keys and the key's force-unlock marker). redis-benchmark replays them as sent, on a random lock
-        // key and with a fixed owner (so that some of its releases find their own lock).
-        let replay = |keys: &str| -> Vec<String> {
-            let sent = warm
-                .iter()
-                .find(|c| {
-                    !c.from_script
-                        && c.name == "EVALSHA"
-                        && c.args.get(1).is_some_and(|n| n == keys)
-                })
-                .expect("the acquire and release EVALSHAs");
-            let numkeys: usize = keys.parse().unwrap();
+        // RedLock's restart marker), then the release script (5 keys since the lock
+        // family: the lock, the waitlist keys, the key's force-unlock marker and its
+        // holders set): told apart by their order, since their key counts are the same.
+        // redis-benchmark replays them as sent, on a random lock key and with a fixed
+        // owner (so that some of its releases find their own lock).
+        let evalshas: Vec<&Command> = warm.iter().filter(|c| c.name == "EVALSHA").collect();
+        let replay = |sent: Option<&&Command>| -> Vec<String> {
+            let sent = sent.expect("the acquire and release EVALSHAs");
+            let numkeys: usize = sent.args[1].parse().expect("EVALSHA's key count");
             let mut command = vec!["EVALSHA".to_owned()];
             for (index, arg) in sent.args.iter().enumerate() {
                 command.push(match index {
@@ -72,9 +68,13 @@ impl CycleCommands {
             }
             command
         };
+        assert!(
+            evalshas.len() >= 2,
+            "a cycle sends an acquire and a release EVALSHA"
+        );
         CycleCommands {
-            acquire: replay("5"),
-            release: replay("4"),
+            acquire: replay(evalshas.first()),
+            release: replay(evalshas.last()),
             rslock_unlock_sha,
         }
     }
@@ -201,7 +201,7 @@ pub async fn run(bench: &mut Bench, sent: &CycleCommands) {
 }
 
 /// CPU seconds the Redis server has used (`INFO cpu`, user + system).
-async fn redis_cpu_seconds(connection: &mut redis::aio::MultiplexedConnection) -> f64 {
+pub async fn redis_cpu_seconds(connection: &mut redis::aio::MultiplexedConnection) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("cpu")
         .query_async(connection)

@@ -4,7 +4,8 @@
 //! the handoff-latency plot.
 //!
 //! `cargo bench --bench locks [-- --svg PATH] [-- --quick] [-- --only NAME,NAME]`
-//! (see `scripts/bench.sh`).
+//! (see `scripts/bench.sh`); `-- --profile SECONDS` runs only redlock's uncontended
+//! cycles, for a profiler (see `scripts/profile.sh`).
 //!
 //! Each scenario is a module of its own; `run` below calls them in the order the
 //! figures appear, which is also the order they are measured in. `--only` runs the
@@ -13,8 +14,11 @@
 mod contenders;
 mod contention;
 mod context;
+mod cost;
+mod distinct_keys;
 mod handoff;
 mod monitor;
+mod profile;
 mod read_throughput;
 mod redis_time;
 mod round_trips;
@@ -32,8 +36,9 @@ use context::Bench;
 use throughput::CycleCommands;
 use uncontended::Uncontended;
 
-/// The scenarios `--only` can name, in the order they run.
-const SCENARIOS: [&str; 9] = [
+/// The scenarios `--only` can name, in the order they run. `tracing_info` installs a
+/// global tracing subscriber, which cannot be removed: it stays last.
+const SCENARIOS: [&str; 11] = [
     "uncontended",
     "throughput",
     "contention",
@@ -43,6 +48,8 @@ const SCENARIOS: [&str; 9] = [
     "read_throughput",
     "writer_wait",
     "semaphore_handoff",
+    "distinct_keys",
+    "tracing_info",
 ];
 
 /// Options from the command line (cargo passes `--bench` too; it is ignored).
@@ -53,6 +60,8 @@ struct Options {
     current_thread: bool,
     /// The scenarios to run; every one when `None`.
     only: Option<Vec<String>>,
+    /// `--profile SECONDS`: only redlock's uncontended cycles, for that long.
+    profile: Option<f64>,
 }
 
 impl Options {
@@ -62,6 +71,7 @@ impl Options {
             quick: false,
             current_thread: false,
             only: None,
+            profile: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -69,6 +79,10 @@ impl Options {
                 "--svg" => options.svg = args.next().expect("--svg needs a path"),
                 "--quick" => options.quick = true,
                 "--current-thread" => options.current_thread = true,
+                "--profile" => {
+                    let seconds = args.next().expect("--profile needs a number of seconds");
+                    options.profile = Some(seconds.parse().expect("--profile SECONDS"));
+                }
                 "--only" => {
                     let names = args.next().expect("--only needs scenario names");
                     let names: Vec<String> = names.split(',').map(str::to_owned).collect();
@@ -111,13 +125,23 @@ fn main() {
 
 async fn run(options: Options) {
     let mut bench = Bench::start(&options).await;
+    if let Some(seconds) = options.profile {
+        profile::run(&bench, seconds).await;
+        return;
+    }
     // Before any other cycle: capturing a cycle is what loads the scripts.
     let cycle_commands = CycleCommands::capture(&bench).await;
+    let [ours, theirs] = &cycle_commands.nesting;
+    bench.report.note(format!(
+        "the commands of one cycle (MONITOR), which the split of Redis's time goes by: redlock {}; rslock {}",
+        ours.summary(),
+        theirs.summary()
+    ));
     bench.warm_up().await;
 
     let mut rtt = None;
     if options.runs("uncontended") {
-        let uncontended = Uncontended::measure(&mut bench).await;
+        let uncontended = Uncontended::measure(&mut bench, &cycle_commands.nesting).await;
         // Measured after the uncontended blocks, reported within their breakdown.
         let server_time = redis_time::run(&mut bench).await;
         uncontended.report(&mut bench, server_time);
@@ -152,6 +176,16 @@ async fn run(options: Options) {
     }
     if options.runs("semaphore_handoff") {
         semaphore_handoff::run(&mut bench, handoff_curves.as_ref()).await;
+    }
+    // Last: the same scenario without, then with a tracing subscriber (a global one
+    // cannot be removed, so nothing may run after it).
+    let mut without_subscriber = distinct_keys::Sweep::default();
+    if options.runs("distinct_keys") {
+        without_subscriber = distinct_keys::run(&mut bench, &cycle_commands.nesting).await;
+    }
+    if options.runs("tracing_info") {
+        distinct_keys::run_with_tracing(&mut bench, &cycle_commands.nesting, &without_subscriber)
+            .await;
     }
     bench.report_violations();
 

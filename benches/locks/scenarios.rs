@@ -52,8 +52,15 @@ pub async fn cycle_block(lock: &Lock, key: &str, n: usize) -> Vec<(Duration, Dur
     samples
 }
 
-/// `tasks` tasks, each cycling on a key of its own for `duration`: cycles per second.
-pub async fn throughput(lock: &Lock, tasks: usize, duration: Duration, tag: &str) -> f64 {
+/// `tasks` tasks, each cycling on a key of its own for `duration`: the cycles, and the
+/// time from the first task's start to the last one's end (cycles per second = their
+/// ratio).
+pub async fn throughput_counted(
+    lock: &Lock,
+    tasks: usize,
+    duration: Duration,
+    tag: &str,
+) -> (usize, Duration) {
     let started = Instant::now();
     let deadline = started + duration;
     let mut set = tokio::task::JoinSet::new();
@@ -73,7 +80,7 @@ pub async fn throughput(lock: &Lock, tasks: usize, duration: Duration, tag: &str
     while let Some(done) = set.join_next().await {
         cycles += done.expect("throughput task");
     }
-    cycles as f64 / started.elapsed().as_secs_f64()
+    (cycles as usize, started.elapsed())
 }
 
 /// When the tasks of a contention run stop.

@@ -86,6 +86,12 @@ impl Report {
         self.figures.push(figure);
     }
 
+    /// A figure for scripts only: its `BENCH` line, no row in the table (the parts of a
+    /// breakdown).
+    pub fn detail(&mut self, figure: Figure) {
+        println!("{}", json_line(&figure));
+    }
+
     pub fn note(&mut self, note: impl Into<String>) {
         let note = note.into();
         println!("note: {note}");

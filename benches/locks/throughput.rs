@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::context::Bench;
+use crate::cost::{self, Cost, Nesting, Reading};
 use crate::monitor::{Command, Monitor};
 use crate::scenarios;
 use crate::stats::{Figure, Verdict, median, number};
@@ -22,6 +23,9 @@ pub struct CycleCommands {
     release: Vec<String>,
     /// The hash of rslock's unlock script.
     rslock_unlock_sha: String,
+    /// Which commands of a cycle run inside scripts, redlock's then rslock's (for the
+    /// split of Redis's time in [`crate::cost`]).
+    pub nesting: [Nesting; 2],
 }
 
 impl CycleCommands {
@@ -41,6 +45,7 @@ impl CycleCommands {
             .record(scenarios::cycle_block(rslock, "bench:warm:rslock", 1))
             .await;
         monitor.stop();
+        let nesting = [Nesting::of(&warm), Nesting::of(&warm_rslock)];
         let rslock_unlock_sha = warm_rslock
             .iter()
             .find(|c| !c.from_script && c.name == "EVALSHA")
@@ -76,6 +81,7 @@ impl CycleCommands {
             acquire: replay(evalshas.first()),
             release: replay(evalshas.last()),
             rslock_unlock_sha,
+            nesting,
         }
     }
 }
@@ -86,15 +92,21 @@ pub async fn run(bench: &mut Bench, sent: &CycleCommands) {
     let scale = bench.scale;
     let mut rounds = [Vec::new(), Vec::new()];
     let mut cpu = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
+    let mut costs = [Vec::new(), Vec::new()];
     for round in 0..3 {
         for (index, lock) in [&bench.redlock, &bench.rslock].into_iter().enumerate() {
             let tag = format!("r{round}");
+            // The breakdown's readings enclose the figures' own (an INFO round trip and
+            // a /proc read each side, nothing per cycle).
+            let reading = Reading::before(&mut bench.ping).await;
             let (client_before, server_before) = (
                 system::cpu_seconds(),
                 redis_cpu_seconds(&mut bench.ping).await,
             );
             let duration = ROUND / scale as u32;
-            let rate = scenarios::throughput(lock, TASKS, duration, &tag).await;
+            let (counted, elapsed) =
+                scenarios::throughput_counted(lock, TASKS, duration, &tag).await;
+            let rate = counted as f64 / elapsed.as_secs_f64();
             let cycles = rate * duration.as_secs_f64();
             cpu[index]
                 .0
@@ -103,6 +115,20 @@ pub async fn run(bench: &mut Bench, sent: &CycleCommands) {
                 .1
                 .push((redis_cpu_seconds(&mut bench.ping).await - server_before) * 1e6 / cycles);
             rounds[index].push(rate);
+            let after = Reading::after(&mut bench.ping).await;
+            let rtt = crate::stats::quantile(
+                &scenarios::ping_block(&mut bench.ping, 100 / scale).await,
+                0.5,
+            );
+            costs[index].push(Cost::between(
+                &reading,
+                &after,
+                counted,
+                TASKS,
+                elapsed,
+                &sent.nesting[index],
+                crate::stats::micros(rtt),
+            ));
         }
     }
     let throughput = [median(&rounds[0]), median(&rounds[1])];
@@ -198,6 +224,13 @@ pub async fn run(bench: &mut Bench, sent: &CycleCommands) {
         target: "≥ 1.2 × rslock".into(),
         verdict: Verdict::of(vs >= 1.2),
     });
+    cost::report(
+        bench,
+        &format!("throughput_{TASKS}_tasks"),
+        &format!("throughput, {TASKS} tasks on distinct keys"),
+        &[Cost::median(&costs[0]), Cost::median(&costs[1])],
+        true,
+    );
 }
 
 /// CPU seconds the Redis server has used (`INFO cpu`, user + system).

@@ -2,9 +2,10 @@
 //! PINGs, redlock cycles and rslock cycles interleaved, so that each ratio compares
 //! figures taken at the same moment of a noisy machine.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::context::{BLOCK_LEN, Bench};
+use crate::cost::{self, Cost, Nesting, Reading};
 use crate::scenarios;
 use crate::stats::{Figure, Verdict, median, micros, number, quantile};
 
@@ -22,16 +23,21 @@ pub struct Uncontended {
     ratio: [Vec<f64>; 2],
     /// Acquire p50 and release p50 over the same block's PING p50.
     parts: [[Vec<f64>; 2]; 2],
+    /// Where each block's time went (counters read around the block's cycles).
+    costs: [Vec<Cost>; 2],
 }
 
 impl Uncontended {
-    pub async fn measure(bench: &mut Bench) -> Self {
+    /// `nesting`: which commands of each lock's cycle run in its scripts (redlock's,
+    /// rslock's), for the split of Redis's time.
+    pub async fn measure(bench: &mut Bench, nesting: &[Nesting; 2]) -> Self {
         bench.progress("uncontended");
         let scale = bench.scale;
         let mut rtt_p50 = Vec::new();
         let mut p50 = [Vec::new(), Vec::new()];
         let mut ratio = [Vec::new(), Vec::new()];
         let mut parts = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        let mut costs = [Vec::new(), Vec::new()];
         for _ in 0..BLOCKS {
             let rtt = quantile(
                 &scenarios::ping_block(&mut bench.ping, BLOCK_LEN / scale).await,
@@ -40,7 +46,21 @@ impl Uncontended {
             rtt_p50.push(micros(rtt));
             for (index, lock) in [&bench.redlock, &bench.rslock].into_iter().enumerate() {
                 let key = format!("bench:uncontended:{}", lock.name());
+                // Counters around the block (outside its timed cycles) for the breakdown.
+                let before = Reading::before(&mut bench.ping).await;
+                let started = Instant::now();
                 let samples = scenarios::cycle_block(lock, &key, BLOCK_LEN / scale).await;
+                let elapsed = started.elapsed();
+                let after = Reading::after(&mut bench.ping).await;
+                costs[index].push(Cost::between(
+                    &before,
+                    &after,
+                    samples.len(),
+                    1,
+                    elapsed,
+                    &nesting[index],
+                    micros(rtt),
+                ));
                 let cycles: Vec<Duration> = samples.iter().map(|(a, r)| *a + *r).collect();
                 let cycle = quantile(&cycles, 0.5);
                 for (part, pick) in parts[index].iter_mut().zip([0, 1]) {
@@ -59,6 +79,7 @@ impl Uncontended {
             p50,
             ratio,
             parts,
+            costs,
         }
     }
 
@@ -98,6 +119,13 @@ impl Uncontended {
             target: "≤ 2.2 RTT".into(),
             verdict: Verdict::of(ratios[0] <= 2.2),
         });
+        cost::report(
+            bench,
+            "uncontended_1_task",
+            "uncontended, 1 task",
+            &[Cost::median(&self.costs[0]), Cost::median(&self.costs[1])],
+            true,
+        );
         bench.report.note(format!(
             "uncontended: {BLOCKS} interleaved blocks of {} PINGs / redlock cycles / rslock cycles; \
              medians of the per-block p50s; the RTT ratio is the median of the per-block ratios; \

@@ -405,9 +405,11 @@ end
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{GONE}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}{RELEASE_SHARE_FN}
+{OWNED_BY}{FREE_FOR_NEXT_FN}
 local value = redis.pcall('GET', KEYS[1])
 if not owned_by(value, ARGV[1]) then
+  -- Defined only off the common path: each definition costs every run that makes it.
+  {GONE}{SERVER_MS_FN}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
   end
@@ -477,12 +479,14 @@ return 1
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{GONE}{SERVER_MS_FN}
+{OWNED_BY}
 local value = redis.pcall('GET', KEYS[1])
 if owned_by(value, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
+-- Defined only off the common path: each definition costs every run that makes it.
+{GONE}{SERVER_MS_FN}
 if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   local ms = server_ms()
   local score = redis.call('ZSCORE', KEYS[3], ARGV[1])

@@ -166,8 +166,13 @@ enum Reentry {
 /// read would wait for the read, which waits for it: refused.
 fn reentry(held: LockMode, wanted: LockMode) -> Reentry {
     match (held, wanted) {
-        (LockMode::Read, LockMode::Exclusive | LockMode::Permits(_)) => Reentry::Refuse,
-        _ => Reentry::Enter,
+        (LockMode::Exclusive, LockMode::Exclusive | LockMode::Read)
+        | (LockMode::Read, LockMode::Read) => Reentry::Enter,
+        (LockMode::Permits(held), LockMode::Permits(wanted)) if held == wanted => Reentry::Enter,
+        // A write inside a read or a permit would not exclude the other holders, and
+        // waiting for it would wait for the task itself; a permit inside a write or a
+        // read, or of another count, is another lock on the same key.
+        _ => Reentry::Refuse,
     }
 }
 
@@ -415,5 +420,9 @@ mod tests {
         assert_eq!(reentry(Permits(3), Permits(3)), Reentry::Enter);
         assert_eq!(reentry(Read, Exclusive), Reentry::Refuse);
         assert_eq!(reentry(Read, Permits(2)), Reentry::Refuse);
+        assert_eq!(reentry(Permits(3), Exclusive), Reentry::Refuse);
+        assert_eq!(reentry(Permits(3), Read), Reentry::Refuse);
+        assert_eq!(reentry(Permits(3), Permits(2)), Reentry::Refuse);
+        assert_eq!(reentry(Exclusive, Permits(2)), Reentry::Refuse);
     }
 }

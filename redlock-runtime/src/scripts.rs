@@ -295,6 +295,10 @@ if value and not reserved then
 end
 local rest = 0
 if not busy_for then
+  if not value then
+    -- Shares left from a key deleted by hand must not come back.
+    redis.call('DEL', KEYS[4])
+  end
   rest = settle_shares(ms)
   if not value or rest == 0 then
     -- Free (or every share ran out).
@@ -344,8 +348,9 @@ local token = next_token(KEYS[5])
 redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 redis.call('SET', KEYS[1], 'shared:' .. ARGV[10])
 settle_shares(ms)
-if reserved then
-  -- The key was reserved for this reader: the readers waiting with it may join now.
+if reserved or handed_off == 1 then
+  -- The key was reserved for this reader, or handed to it by a writer of its client:
+  -- the readers waiting elsewhere may join now.
   redis.call(ARGV[4], ARGV[3], '')
 end
 return {{1, token, handed_off, 0}}
@@ -378,7 +383,10 @@ local function release_share(value)
     redis.call('PEXPIRE', KEYS[5], rest)
     if value == 'shared:0' then
       redis.call(ARGV[4], ARGV[3], 'T:' .. rest)
-    elseif not kept then
+    elseif kept then
+      -- A permit kept for its minimum hold is free when that ends.
+      redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
+    else
       redis.call(ARGV[4], ARGV[3], '')
     end
     if kept then return 2 end

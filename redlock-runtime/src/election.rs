@@ -13,7 +13,7 @@ use crate::limits::MAX_DURATION;
 use crate::operate::{self, LockInfo};
 
 /// A leader election among every client that campaigns under one name
-/// ([`LockClient::election`](crate::LockClient::election)).
+/// (`LockClient::election`).
 ///
 /// At most one client leads at a time, within its lease: the leader holds the lock
 /// named after the election, renewed by the watchdog while its [`LockGuard`] lives.

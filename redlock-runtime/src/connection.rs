@@ -137,10 +137,7 @@ impl Connection {
     /// The keys of `key`'s waitlist: arrival order, and expiry of each
     /// registration (in the key's slot on a cluster). They exist only while waiters do.
     pub(crate) fn waitlist_keys(&self, key: &str) -> [String; 2] {
-        let tag = match self.slot_tag_for(key) {
-            None => String::new(),
-            Some(tag) => format!("{{{tag}}}"),
-        };
+        let tag = self.companion_tag(key);
         [
             format!("{tag}{}{key}", scripts::WAITLIST_PREFIX),
             format!("{tag}{}{key}", scripts::WAITLIST_EXPIRY_PREFIX),
@@ -151,11 +148,17 @@ impl Connection {
     /// set of owner tokens by the end of each one's lease (in the key's slot on a
     /// cluster). It exists only while a share does.
     pub(crate) fn holders_key(&self, key: &str) -> String {
-        let tag = match self.slot_tag_for(key) {
-            None => String::new(),
-            Some(tag) => format!("{{{tag}}}"),
-        };
-        format!("{tag}{}{key}", scripts::HOLDERS_PREFIX)
+        format!(
+            "{}{}{key}",
+            self.companion_tag(key),
+            scripts::HOLDERS_PREFIX
+        )
+    }
+
+    /// What a companion key of `key` starts with: `{<slot tag>}` on a cluster, else nothing.
+    fn companion_tag(&self, key: &str) -> String {
+        self.slot_tag_for(key)
+            .map_or_else(String::new, |tag| format!("{{{tag}}}"))
     }
 
     /// The string keys matching `pattern` (SCAN with `TYPE string`, never KEYS: the

@@ -217,20 +217,21 @@ pub(crate) const HOLDERS_PREFIX: &str = "redlock:holders:";
 /// writer (an id without it), never behind each other.
 pub(crate) const READER_ID_PREFIX: &str = "r:";
 
-/// `settle_shares(ms)`: drops the shares of KEYS[4] whose lease ended by `ms`, and gives
-/// the key (KEYS[1]) and the set the lease of the longest remaining share; returns that
-/// lease in ms, or 0 when no share is left (then neither is touched). A dead holder's
-/// share ends with its own lease: a live holder's renewal never carries it along.
+/// `settle_shares(lock, holders, ms)`: drops the shares of `holders` whose lease ended
+/// by `ms`, and gives `lock` and `holders` the lease of the longest remaining share;
+/// returns that lease in ms, or 0 when no share is left (then neither is touched). A
+/// dead holder's share ends with its own lease: a live holder's renewal never carries
+/// it along. Shared by the acquire, release and extend scripts.
 const SETTLE_SHARES_FN: &str = r#"
-local function settle_shares(ms)
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms)
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+local function settle_shares(lock, holders, ms)
+  redis.call('ZREMRANGEBYSCORE', holders, '-inf', ms)
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if not last[2] then
     return 0
   end
   local rest = math.max(1, tonumber(last[2]) - ms)
-  redis.call('PEXPIRE', KEYS[1], rest)
-  redis.call('PEXPIRE', KEYS[4], rest)
+  redis.call('PEXPIRE', lock, rest)
+  redis.call('PEXPIRE', holders, rest)
   return rest
 end
 "#;
@@ -299,7 +300,7 @@ if not busy_for then
     -- Shares left from a key deleted by hand must not come back.
     redis.call('DEL', KEYS[4])
   end
-  rest = settle_shares(ms)
+  rest = settle_shares(KEYS[1], KEYS[4], ms)
   if not value or rest == 0 then
     -- Free (or every share ran out).
     value = false
@@ -347,7 +348,7 @@ end
 local token = next_token(KEYS[5])
 redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 redis.call('SET', KEYS[1], 'shared:' .. ARGV[10])
-settle_shares(ms)
+settle_shares(KEYS[1], KEYS[4], ms)
 if reserved or handed_off == 1 then
   -- The key was reserved for this reader, or handed to it by a writer of its client:
   -- the readers waiting elsewhere may join now.
@@ -375,12 +376,8 @@ local function release_share(value)
   if kept then
     redis.call('ZADD', KEYS[5], ms + tonumber(ARGV[2]), 'kept:' .. ARGV[1])
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ms)
-  local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
-  if last[2] then
-    local rest = math.max(1, tonumber(last[2]) - ms)
-    redis.call('PEXPIRE', KEYS[1], rest)
-    redis.call('PEXPIRE', KEYS[5], rest)
+  local rest = settle_shares(KEYS[1], KEYS[5], ms)
+  if rest > 0 then
     if value == 'shared:0' then
       redis.call(ARGV[4], ARGV[3], 'T:' .. rest)
     elseif kept then
@@ -417,7 +414,7 @@ pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
 local value = redis.pcall('GET', KEYS[1])
 if not owned_by(value, ARGV[1]) then
   -- Defined only off the common path: each definition costs every run that makes it.
-  {GONE}{SERVER_MS_FN}{RELEASE_SHARE_FN}
+  {GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
   end
@@ -494,17 +491,13 @@ if owned_by(value, ARGV[1]) then
   return 1
 end
 -- Defined only off the common path: each definition costs every run that makes it.
-{GONE}{SERVER_MS_FN}
+{GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}
 if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   local ms = server_ms()
   local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
   if score and tonumber(score) > ms then
     redis.call('ZADD', KEYS[3], 'XX', ms + tonumber(ARGV[2]), ARGV[1])
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    local rest = math.max(1, tonumber(last[2]) - ms)
-    redis.call('PEXPIRE', KEYS[1], rest)
-    redis.call('PEXPIRE', KEYS[3], rest)
+    settle_shares(KEYS[1], KEYS[3], ms)
     return 1
   end
 end

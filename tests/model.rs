@@ -11,8 +11,10 @@
 //!   owner handing it on (hand-off), `SET NX` with the lease, or take a reservation
 //!   made for this waiter (and publish `T`); on success the fencing token
 //!   `max(counter + 1, clock)` and the waiter's registration is removed; on failure
-//!   the waiter registers (`ZADD NX`, in arrival order, expiring at
-//!   `now + ttl + slack`) and sleeps until the remaining time to live it was told;
+//!   the waiter marks the holder's lock *watched* (`scripts::WATCHED`), registers
+//!   (`ZADD NX`, in arrival order, expiring at `now + ttl + slack`) and sleeps until
+//!   the remaining time to live it was told; a lock taken by a hand-off or from a
+//!   reservation is watched from the start;
 //! - **subscribe**: after its first failed attempt, a waiter of a client whose channel
 //!   is not subscribed is deaf until its SUBSCRIBE is confirmed, and then tries again
 //!   at once (`listen_everywhere`'s `live` flag); a subscription nobody listens to
@@ -21,7 +23,8 @@
 //!   free; merged as `Release::merge` does, and read only between attempts), or the
 //!   waiter's timer: the lease end it was told, or the fallback a grace after a
 //!   message reserving the key for another client;
-//! - **release**: RELEASE (owner check, then FREE_FOR_NEXT: drop expired registrations,
+//! - **release**: RELEASE (owner check; an unwatched lock is deleted with no message,
+//!   a watched one goes through FREE_FOR_NEXT: drop expired registrations,
 //!   reserve the key for the waitlist's head for the grace and publish `R:<head>`, or
 //!   delete it and publish the empty message); **hand-off** inside a client (the
 //!   releasing holder passes its owner to the next task in line, whose ACQUIRE deletes
@@ -106,7 +109,7 @@
 //! settings of 0.3–0.6 million states each, a few seconds each in a debug build.
 //! Broken variants of the model (release without the owner check, a reservation
 //! without expiry, no retry after a fresh subscription, a server clock behind after
-//! a restart) are each caught.
+//! a restart, a lock taken from a reservation left unwatched) are each caught.
 //!
 //! # What the model found
 //! With clients asking for different leases, "no forgotten waiter" failed for the
@@ -143,6 +146,9 @@ enum Broken {
     NoRetryAfterSubscribe,
     /// Redis comes back from a restart with its clock two ticks behind.
     ClockBehindAfterRestart,
+    /// A lock taken from a reservation starts unwatched (only a busy attempt watches
+    /// it), so its release may go unpublished while a waiter sleeps.
+    ReservationTakenUnwatched,
 }
 
 /// The model's parameters.
@@ -185,6 +191,9 @@ enum Key {
     Owned {
         by: Id,
         exp: Tick,
+        /// An attempt found it busy, or it changed hands (a hand-off, a reservation
+        /// taken): its release is published (`scripts::WATCHED`).
+        watched: bool,
     },
     Reserved {
         by: Id,
@@ -510,10 +519,15 @@ impl Protocol {
     }
 
     /// RELEASE with `keep` 0: compare-and-hand-on.
+    /// An unwatched lock is deleted with no message (see `Key::Owned::watched`).
     fn release(&self, s: &mut State, id: Id) {
-        let ours = matches!(s.key, Key::Owned { by, .. } if by == id);
-        if ours || self.broken == Broken::ReleaseWithoutOwnerCheck {
-            self.free_for_next(s);
+        match s.key {
+            Key::Owned {
+                by, watched: false, ..
+            } if by == id => s.key = Key::Absent,
+            Key::Owned { by, .. } if by == id => self.free_for_next(s),
+            _ if self.broken == Broken::ReleaseWithoutOwnerCheck => self.free_for_next(s),
+            _ => {}
         }
     }
 
@@ -545,7 +559,16 @@ impl Protocol {
             s.fence = token;
             let lease = self.clients[p as usize][t as usize];
             let exp = s.clock + lease;
-            s.key = Key::Owned { by: id, exp };
+            let watched = match how {
+                How::Free => false,
+                How::HandOff => true,
+                How::Reservation => self.broken != Broken::ReservationTakenUnwatched,
+            };
+            s.key = Key::Owned {
+                by: id,
+                exp,
+                watched,
+            };
             let guard = Guard {
                 id,
                 token,
@@ -578,6 +601,10 @@ impl Protocol {
                 return;
             }
         };
+        // Found busy: the holder's release will be published.
+        if let Key::Owned { watched, .. } = &mut s.key {
+            *watched = true;
+        }
         let exp = s.clock + ttl + self.slack;
         match s
             .waitlist
@@ -841,7 +868,9 @@ impl Model for Protocol {
                 };
                 let exp = s.clock + self.clients[p as usize][t as usize];
                 match &mut s.key {
-                    Key::Owned { by, exp: key_exp } if *by == guard.id => {
+                    Key::Owned {
+                        by, exp: key_exp, ..
+                    } if *by == guard.id => {
                         *key_exp = exp;
                         guard.exp = exp;
                         s.task(p, t).phase = Phase::Holding(guard);
@@ -945,7 +974,7 @@ impl Model for Protocol {
                 let redis_agrees = guards
                     .iter()
                     .filter(|g| g.epoch == s.epoch && s.clock < g.exp)
-                    .all(|g| matches!(s.key, Key::Owned { by, exp } if by == g.id && exp >= g.exp));
+                    .all(|g| matches!(s.key, Key::Owned { by, exp, .. } if by == g.id && exp >= g.exp));
                 fenced && redis_agrees
             }),
             Property::always(
@@ -1063,6 +1092,15 @@ fn reservation_without_expiry_is_caught() {
         Protocol::three_clients(Broken::ReservationWithoutExpiry),
         "a reservation without expiry",
         "reservation within grace",
+    );
+}
+
+#[test]
+fn a_reservation_taken_unwatched_is_caught() {
+    counterexample(
+        Protocol::three_clients(Broken::ReservationTakenUnwatched),
+        "a reservation taken without watching the lock",
+        "no forgotten waiter",
     );
 }
 

@@ -1,12 +1,13 @@
-//! Waiting for a held lock: a waiter wakes on the release, not at the lease's end; a
-//! holder stuck past its lease does not hold up the next turn in its own client; an
+//! Waiting for a held lock: a waiter wakes on the release, not at the lease's end (and
+//! only a lock some attempt found busy is released with a message); a holder stuck past its lease does not hold up the next turn in its own client; an
 //! acquire dropped while it waits leaves no lock behind.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{client, next_owner_delay};
+use common::{client, command_calls, next_owner_delay, raw};
+use redis::AsyncCommands;
 use redlock_testkit::RedisServer;
 
 #[tokio::test]
@@ -26,6 +27,70 @@ async fn a_waiter_wakes_on_the_release_not_at_the_lease_end() {
         delay < Duration::from_millis(500),
         "waiter woke {delay:?} after the release"
     );
+}
+
+/// A lock nobody found busy is released without a message (no one can be listening for
+/// it); one that a waiter found busy is marked watched, and its release reaches the
+/// waiter at once.
+#[tokio::test]
+async fn only_a_lock_someone_found_busy_is_released_with_a_message() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter_client = client(&server).await;
+    let before = command_calls(&server, "publish");
+    for _ in 0..20 {
+        let guard = holder.lock("quiet").acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    assert_eq!(
+        command_calls(&server, "publish"),
+        before,
+        "an uncontended release published"
+    );
+
+    let guard = holder
+        .lock("busy")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let mut redis = raw(&server).await;
+    let value: String = redis.get("busy").await.unwrap();
+    assert!(
+        !value.contains("~ "),
+        "watched before anyone waited: {value}"
+    );
+    let waiting = tokio::spawn(async move {
+        waiter_client
+            .lock("busy")
+            .wait(Duration::from_secs(15))
+            .acquire()
+            .await
+    });
+    // The waiter's first attempt finds the lock busy and marks it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let value: String = redis.get("busy").await.unwrap();
+        if value.contains("~ ") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never watched: {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let watched_at = command_calls(&server, "publish");
+    guard.release().await.unwrap();
+    // Woken by the message: far sooner than the 20 s lease.
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter slept through a watched release")
+        .unwrap()
+        .unwrap();
+    assert!(command_calls(&server, "publish") > watched_at);
+    assert!(next.fencing_token() > 0);
+    next.release().await.unwrap();
 }
 
 #[tokio::test]

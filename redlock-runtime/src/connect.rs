@@ -58,7 +58,10 @@ pub(crate) async fn server(
     let connection = Connection::Server(connection);
     let notifications = ReleaseNotifications::start(connection.clone(), &handler);
     let confirming = Confirming::new(config, Primary::Server(Box::new(redis_client)));
-    let node = Node::new(url, connection, notifications, config, confirming);
+    let mut node = Node::new(url, connection, notifications, config, confirming);
+    if lazy_on_failure {
+        node = node.one_of_several_masters();
+    }
     if failure.is_none() {
         node.check_eviction_policy().await;
     }

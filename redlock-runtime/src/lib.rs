@@ -38,7 +38,9 @@
 //!   the hand-offs inside the releasing client (below); a named client that does not
 //!   answer within the grace loses its turn, so a waiter that died costs one grace
 //!   period. RedLock keeps no waitlist: there, fairness across clients is best effort.
-//! - **Release** is compare-and-delete plus publish, in one script. When a task of the
+//! - **Release** is compare-and-delete plus publish, in one script; a lock that no
+//!   attempt found busy (none marked it *watched*) has no one to tell and is deleted
+//!   without a message. When a task of the
 //!   same client waits in line, the lock is handed to it instead, inside its acquire
 //!   script (one round trip from release to next holder; at most 8 times in a row, then
 //!   a release through Redis so that other clients' waiters get their chance).

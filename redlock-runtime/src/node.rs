@@ -91,6 +91,10 @@ pub(crate) struct Node {
     /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
     /// connection it is sent on.
     confirming: Option<Confirming>,
+    /// A RedLock master: every release is published, watched or not (see
+    /// `scripts::WATCHED`), because a waiter listens on a majority of masters that
+    /// need not be the ones its attempts watched.
+    publish_every_release: bool,
 }
 
 /// Timings of the waitlist (see `scripts::ACQUIRE`).
@@ -136,7 +140,14 @@ impl Node {
             waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
             confirming,
+            publish_every_release: false,
         }
+    }
+
+    /// Makes this node a RedLock master (see `publish_every_release`).
+    pub(crate) fn one_of_several_masters(mut self) -> Self {
+        self.publish_every_release = true;
+        self
     }
 
     /// Warns when the server may evict keys under memory pressure: a held lock would
@@ -237,15 +248,15 @@ impl Node {
             Some(_) => scripts::BOOT_KEY,
             None => key,
         };
-        let reply: Vec<Value> = scripts::ACQUIRE
-            .key(key)
+        let mut script = scripts::ACQUIRE.key(key);
+        script
             .key(self.connection.fence_key(key).as_ref())
             .key(waitlist)
             .key(expiries)
             .key(boot_key)
             .arg(request.owner)
             .arg(request.lease_ms)
-            .arg(request.previous_owner.unwrap_or(""))
+            .arg(request.name)
             .arg(request.waiter.map_or("", |waiter| waiter.id))
             .arg(if request.waiter.is_some_and(|waiter| waiter.registered) {
                 "1"
@@ -253,17 +264,15 @@ impl Node {
                 "0"
             })
             .arg(self.waitlist.registration_slack_ms)
-            .arg(self.connection.release_channel(key))
-            .arg(self.connection.publish_command())
-            .arg(
-                request
-                    .quarantine_ms
-                    .map(|secs| secs.to_string())
-                    .unwrap_or_default(),
-            )
-            .arg(request.name)
-            .invoke_async(connection)
-            .await?;
+            .arg(self.connection.publish_command());
+        // The arguments that are usually empty go last, and only when needed.
+        if request.previous_owner.is_some() || request.quarantine_ms.is_some() {
+            script.arg(request.previous_owner.unwrap_or(""));
+        }
+        if let Some(quarantine_ms) = request.quarantine_ms {
+            script.arg(quarantine_ms);
+        }
+        let reply: Vec<Value> = script.invoke_async(connection).await?;
         parse_attempt(reply)
     }
 
@@ -310,7 +319,14 @@ impl Node {
         keep_ms: u64,
     ) -> RedisResult<Verdict> {
         while_slot_moves(self.response_timeout, || {
-            release_on(self.connection.clone(), self.waitlist, key, owner, keep_ms)
+            release_on(
+                self.connection.clone(),
+                self.waitlist,
+                key,
+                owner,
+                keep_ms,
+                self.publish_every_release,
+            )
         })
         .await
         .map(Verdict::of_reply)
@@ -537,25 +553,26 @@ async fn release_on(
     key: &str,
     owner: &str,
     keep_ms: u64,
+    publish_every_release: bool,
 ) -> RedisResult<i64> {
-    let channel = connection.release_channel(key);
     let publish = connection.publish_command();
     let [waitlist, expiries] = connection.waitlist_keys(key);
     let forced = scripts::forced_key(&waitlist);
     let holders = connection.holders_key(key);
-    scripts::RELEASE
-        .key(key)
+    let mut script = scripts::RELEASE.key(key);
+    script
         .key(waitlist)
         .key(expiries)
         .key(forced)
         .key(holders)
         .arg(owner)
         .arg(keep_ms)
-        .arg(channel)
-        .arg(publish)
         .arg(timings.reservation_ms)
-        .invoke_async(&mut connection)
-        .await
+        .arg(publish);
+    if publish_every_release {
+        script.arg("1");
+    }
+    script.invoke_async(&mut connection).await
 }
 
 fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
@@ -673,6 +690,7 @@ fn parse_lock_value(value: &str) -> Option<(&str, u64, Option<u64>, &str)> {
         (1..=most).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit())
     };
     let since = parts.next()?;
+    let since = since.strip_suffix(scripts::WATCHED).unwrap_or(since);
     let name = parts.next()?;
     if !digits(token, 19) || !digits(since, 15) {
         return None;
@@ -816,6 +834,13 @@ mod tests {
             parse_lock_value(&kept).unwrap(),
             (&kept[..owner.len() + 5], 5, Some(6), "n")
         );
+        // A watched lock (an attempt found it busy): its start time ends with `~`.
+        let watched = format!("{owner} 5 6~ n m");
+        assert_eq!(
+            parse_lock_value(&watched).unwrap(),
+            (owner.as_str(), 5, Some(6), "n m")
+        );
+        assert!(parse_lock_value(&format!("{owner} 5 6~~ n")).is_none());
         // An older redlock's lock: the owner token alone.
         let older = parse_seen(Some((owner.clone().into_bytes(), 900, 5, 0))).expect("a lock");
         assert_eq!(

@@ -7,7 +7,8 @@
 //! `<owner> <fencing token> <since ms> <name>`: the owner token (random, no spaces),
 //! which every compare-and-set checks (`owned_by`: the value starts with the token and
 //! a space); the fencing token it was given; when it was taken (server clock, ms); and
-//! the holding client's name (may hold spaces: it runs to the end). So who holds a lock,
+//! the holding client's name (may hold spaces: it runs to the end); the time is
+//! followed by `~` once a waiter watches the lock (see [`WATCHED`]). So who holds a lock,
 //! since when and with which token is read from the lock itself — no side key, nothing
 //! that outlives the lock, and no extra round trip to acquire. A key kept for
 //! `hold_at_least` reads `kept:` and the same; one reserved for the next waiter reads
@@ -85,13 +86,13 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
 /// KEYS: lock, fence counter, waitlist, waitlist expiries, restart marker (with
 /// RedLock; otherwise the lock key again, untouched, so that every key shares a slot).
-/// ARGV: owner token, lease in ms, the owner token of a same-client holder handing the
-/// lock off (empty if none; its lock, if still there, is deleted first: see `turn`'s
-/// hand-off), this waiter's id (empty for an attempt that will not wait, and with
-/// RedLock, which keeps no waitlist), "1" if an earlier attempt may have registered it on
-/// the waitlist, how long a registration outlives the holder's lease (ms), release
-/// channel, publish command, the restart quarantine in ms (RedLock only, else
-/// empty), and the client's name.
+/// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
+/// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
+/// earlier attempt may have registered it on the waitlist, how long a registration
+/// outlives the holder's lease (ms), the publish command; then, only when needed, the
+/// owner token of a same-client holder handing the lock off (its lock, if still there,
+/// is deleted first: see `turn`'s hand-off) and the restart quarantine in ms (RedLock
+/// only). The release channel is not sent: [`release_channel_of`] derives it.
 ///
 /// A waiter that fails registers on the key's waitlist (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -99,6 +100,11 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// and names it in its message; the named waiter's attempt takes the reservation and
 /// announces it with its lease (`T:<ms>`; a hand-off inside a client does the same),
 /// the others keep waiting without a round trip, until that lease ends at the latest.
+///
+/// The path without contention is three commands: `TIME`, the fencing counter's
+/// `SET … GET` and the lock's `SET NX PX` with its final value. An attempt that finds
+/// the key busy marks the holder's lock *watched* (see [`WATCHED`]), so that its
+/// release is published; a lock that nobody found busy is released without a message.
 ///
 /// Returns `{1, token, handed_off, boot}` when acquired (`handed_off` = 1 if the
 /// previous owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
@@ -118,8 +124,8 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{NEXT_TOKEN_FN}local boot = 0
-if ARGV[9] ~= '' then
+local boot = 0
+if ARGV[9] and ARGV[9] ~= '' then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local now = redis.call('TIME')
   local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -139,17 +145,41 @@ if ARGV[9] ~= '' then
   end
 end
 local handed_off = 0
-if ARGV[3] ~= '' and owned_by(redis.pcall('GET', KEYS[1]), ARGV[3]) then
-  redis.call('DEL', KEYS[1])
-  handed_off = 1
+local previous = ARGV[8]
+if previous and previous ~= '' then
+  local held = redis.pcall('GET', KEYS[1])
+  if type(held) == 'string' and string.sub(held, 1, #previous + 1) == previous .. ' ' then
+    redis.call('DEL', KEYS[1])
+    handed_off = 1
+  end
 end
--- Free, or reserved for this waiter: the lock is written once, below, with its token
--- (the script is atomic, so checking first and writing after is the same as SET NX).
-local acquired = redis.call('EXISTS', KEYS[1]) == 0
+{token}
+-- Who holds it, with which token, since when (ms): read by `inspect`. A key that
+-- changes hands here (a hand-off, a reservation taken) may have waiters listening:
+-- its lock is watched from the start.
+local head = ARGV[1] .. ' ' .. clock .. ' ' .. since_ms
+local tail = ' ' .. ARGV[3]
+local watched = ''
+if handed_off == 1 then watched = '~' end
+local acquired = redis.call('SET', KEYS[1], head .. watched .. tail, 'NX', 'PX', ARGV[2])
 local reserved = false
-if not acquired and ARGV[4] ~= '' and redis.pcall('GET', KEYS[1]) == 'reserved:' .. ARGV[4] then
-  acquired = true
-  reserved = true
+local value
+if not acquired then
+  value = redis.pcall('GET', KEYS[1])
+  if ARGV[4] ~= '' and value == 'reserved:' .. ARGV[4] then
+    redis.call('SET', KEYS[1], head .. '~' .. tail, 'PX', ARGV[2])
+    acquired = true
+    reserved = true
+  else
+    -- Not taken: the token goes unused (tokens only need to rise), but a counter this
+    -- attempt created would be left behind.
+    if not last then
+      redis.call('DEL', KEYS[2])
+    end
+    if type(value) ~= 'string' then
+      return {{-1, redis.call('TYPE', KEYS[1])['ok'], boot}}
+    end
+  end
 end
 if acquired then
   if ARGV[5] == '1' or reserved then
@@ -160,51 +190,92 @@ if acquired then
     -- The key changed hands: tell the other waiters when the new lease ends, which may
     -- be sooner than the lease they were told (tests/model.rs found them asleep on a
     -- free key otherwise).
-    redis.call(ARGV[8], ARGV[7], 'T:' .. ARGV[2])
+    redis.call(ARGV[7], {channel}, 'T:' .. ARGV[2])
   end
-  local token, clock, since = next_token(KEYS[2])
-  -- Who holds it, with which token, since when (ms): read by `inspect`.
-  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since .. ' ' .. ARGV[10], 'PX', ARGV[2])
   return {{1, token, handed_off, boot}}
 end
 local ttl = redis.call('PTTL', KEYS[1])
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if ttl < 0 or kind ~= 'string' then
-  return {{-1, kind, boot}}
+if ttl < 0 then
+  return {{-1, 'string', boot}}
 end
+{watch}
 if ARGV[4] ~= '' then
-  local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
   redis.call('ZADD', KEYS[4], ms + ttl + tonumber(ARGV[6]), ARGV[4])
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-  local keep = math.max(1, tonumber(last[2]) - ms)
+  local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local keep = math.max(1, tonumber(latest[2]) - ms)
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[4], keep)
 end
 return {{0, ttl, boot}}
-"#
+"#,
+        token = next_token("KEYS[2]"),
+        channel = release_channel_of("KEYS[1]", "KEYS[3]"),
+        watch = watch("KEYS[1]", "value"),
     ))
 });
 
-/// `next_token(fence)`: the next fencing token from the counter `fence` (see "Fencing
-/// tokens" above), as a number and as digits, and the server clock in ms as digits.
-const NEXT_TOKEN_FN: &str = r#"
-local function next_token(fence)
-  local now = redis.call('TIME')
-  local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
-  local clock = micros
-  local token = tonumber(clock)
-  local last = tonumber(redis.call('SET', fence, clock, 'GET'))
-  if last and last >= token then
-    -- Two acquisitions within one microsecond, or a clock behind the counter.
-    token = last + 1
-    clock = string.format('%.0f', token)
-    redis.call('SET', fence, clock)
-  end
-  return token, clock, string.sub(micros, 1, -4)
+/// The next fencing token from the counter `fence` (see "Fencing tokens" above), as
+/// Lua that leaves in locals `token` (a number) and `clock` (its digits), `since_ms`
+/// (the server clock in ms, digits), `now` (`TIME`'s reply) and `last` (the counter's
+/// previous value; nil if this run created it). Spliced into each
+/// acquire script rather than called: a Lua function is a closure made anew on every
+/// run of the script that defines it.
+fn next_token(fence: &str) -> String {
+    format!(
+        r#"
+local now = redis.call('TIME')
+local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+local clock = micros
+local token = tonumber(clock)
+local last = tonumber(redis.call('SET', {fence}, clock, 'GET'))
+if last and last >= token then
+  -- Two acquisitions within one microsecond, or a clock behind the counter.
+  token = last + 1
+  clock = string.format('%.0f', token)
+  redis.call('SET', {fence}, clock)
 end
-"#;
+local since_ms = string.sub(micros, 1, -4)
+"#
+    )
+}
+
+/// A lock is *watched* once an attempt found it busy, or when it changed hands while
+/// others may be waiting (a hand-off, a reservation taken): its value's start time
+/// then ends with `~` (`<owner> <token> <since>~ <name>`). The release of a watched
+/// lock goes through the waitlist and is published; an unwatched one is deleted with
+/// no message, since no waiter can be listening for it: every waiter's attempt found
+/// the lock busy (and watched it), or woke at a message or timer that a watched lock
+/// or an expiry gave it (tests/model.rs checks "no forgotten waiter" with it).
+pub(crate) const WATCHED: char = '~';
+
+/// Lua that marks the lock `value` on `key` watched if it is an unwatched lock of
+/// redlock's (never a reservation, a kept or shared key, or anything else).
+fn watch(key: &str, value: &str) -> String {
+    format!(
+        r#"
+if string.find({value}, '^{owner} %d+ %d+ ') then
+  redis.call('SET', {key}, (string.gsub({value}, '^(%S+ %d+ %d+)', '%1~', 1)), 'KEEPTTL')
+end
+"#,
+        owner = OWNER_PATTERN,
+    )
+}
+
+/// An owner token as a Lua pattern: 32 hex digits, `:`, a hex counter (see `core`'s
+/// `fresh_token`).
+const OWNER_PATTERN: &str = "%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:%x+";
+
+/// Lua for the release channel of `lock` (see [`release_channel`]), derived from its
+/// waitlist key `waitlist` (which starts with the same slot tag on a cluster): one
+/// argument fewer on every call.
+fn release_channel_of(lock: &str, waitlist: &str) -> String {
+    format!(
+        "(string.sub({waitlist}, 1, #{waitlist} - #{lock} - {prefix}) .. '{RELEASE_CHANNEL_PREFIX}' .. {lock})",
+        prefix = WAITLIST_PREFIX.len(),
+    )
+}
 
 /// A key held in shares (a read lock's readers, a semaphore's permits) holds
 /// `shared:<limit>`: 0 for a read lock (no limit), N for a semaphore of N.
@@ -269,7 +340,8 @@ end
 pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{NEXT_TOKEN_FN}{SETTLE_SHARES_FN}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
+local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
+{OWNED_BY}{SETTLE_SHARES_FN}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
 local ms = server_ms()
 local limit = tonumber(ARGV[10])
 local handed_off = 0
@@ -290,6 +362,7 @@ if value and not reserved then
     if busy_for < 0 then
       return {{-1, 'string', 0}}
     end
+    {watch}
   elseif value ~= 'shared:' .. ARGV[10] then
     return {{-2, string.sub(value, 8), 0}}
   end
@@ -345,7 +418,7 @@ if ARGV[6] ~= '' and (ARGV[7] == '1' or reserved) then
   redis.call('ZREM', KEYS[2], ARGV[6])
   redis.call('ZREM', KEYS[3], ARGV[6])
 end
-local token = next_token(KEYS[5])
+{token}
 redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 redis.call('SET', KEYS[1], 'shared:' .. ARGV[10])
 settle_shares(KEYS[1], KEYS[4], ms)
@@ -355,12 +428,14 @@ if reserved or handed_off == 1 then
   redis.call(ARGV[4], ARGV[3], '')
 end
 return {{1, token, handed_off, 0}}
-"#
+"#,
+        token = next_token("KEYS[5]"),
+        watch = watch("KEYS[1]", "value"),
     ))
 });
 
 /// `release_share(marker)`: the shares' side of the release script (same KEYS and ARGV,
-/// KEYS[5] the holders): ends ARGV[1]'s share, or keeps it for ARGV[2] ms as `kept:`
+/// KEYS[5] the holders; the locals of `free_for_next`): ends ARGV[1]'s share, or keeps it for ARGV[2] ms as `kept:`
 /// (no renewal finds it then), gives the key the longest remaining lease and tells the
 /// waiters (a semaphore's: a permit is free; a read lock's: when it ends at the
 /// latest), or frees the key for the next in line when no share is left.
@@ -379,12 +454,12 @@ local function release_share(value)
   local rest = settle_shares(KEYS[1], KEYS[5], ms)
   if rest > 0 then
     if value == 'shared:0' then
-      redis.call(ARGV[4], ARGV[3], 'T:' .. rest)
+      redis.call(publish, channel, 'T:' .. rest)
     elseif kept then
       -- A permit kept for its minimum hold is free when that ends.
-      redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
+      redis.call(publish, channel, 'K:' .. ARGV[2])
     else
-      redis.call(ARGV[4], ARGV[3], '')
+      redis.call(publish, channel, '')
     end
     if kept then return 2 end
     return 1
@@ -397,12 +472,17 @@ end
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
 /// KEYS: lock, waitlist, waitlist expiries, eviction marker, holders (of a key held in
-/// shares). ARGV: owner token, ms to keep the key (0: release it), release channel,
-/// publish command (PUBLISH, or SPUBLISH on a cluster), grace of a reservation (ms).
+/// shares). ARGV: owner token, ms to keep the key (0: release it), grace of a
+/// reservation (ms), publish command (PUBLISH, or SPUBLISH on a cluster), and "1" to
+/// publish every release (RedLock: see `Node`), else nothing.
 /// A share (read lock, permit) is released by the same script (see `release_share`).
-/// Returns 1 when released (deleted, or reserved for the waitlist's head; published),
-/// 2 when kept for `hold_at_least`, 0 when the lock was not ours any more, -1 when it
-/// was force-unlocked (see [`GONE`]).
+/// Returns 1 when released (deleted, or reserved for the waitlist's head), 2 when kept
+/// for `hold_at_least`, 0 when the lock was not ours any more, -1 when it was
+/// force-unlocked (see [`GONE`]).
+///
+/// Without contention this is `GET` and `DEL`: a lock nobody watched (see [`WATCHED`])
+/// has no one to tell. A watched one goes to the waitlist's head, or is deleted with a
+/// message to every listener.
 ///
 /// A kept key's value gains the prefix `kept:`, so that a renewal already on its
 /// way cannot stretch it back to the full lease, and tells every waiter when it ends
@@ -410,10 +490,16 @@ end
 pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}{FREE_FOR_NEXT_FN}
 local value = redis.pcall('GET', KEYS[1])
-if not owned_by(value, ARGV[1]) then
-  -- Defined only off the common path: each definition costs every run that makes it.
+local ours = type(value) == 'string' and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. ' '
+if ours and ARGV[2] == '0' and not ARGV[5] and string.find(value, '^%S+ %d+ %d+ ') then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- Defined only off the common path: each definition costs every run that makes it.
+local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
+{FREE_FOR_NEXT_FN}
+if not ours then
   {GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
@@ -422,19 +508,21 @@ if not owned_by(value, ARGV[1]) then
 end
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[1], 'kept:' .. value, 'PX', ARGV[2])
-  redis.call(ARGV[4], ARGV[3], 'K:' .. ARGV[2])
+  redis.call(publish, channel, 'K:' .. ARGV[2])
   return 2
 end
 free_for_next()
 return 1
-"#
+"#,
+        channel = release_channel_of("KEYS[1]", "KEYS[2]"),
     ))
 });
 
 /// Frees the lock key (KEYS[1]) for the next in line: reserves it for the waitlist's
 /// head (KEYS[2], arrival order; KEYS[3], expiries: waiters past theirs are dropped)
-/// and names it on the channel (ARGV[3], published with ARGV[4]) for ARGV[5] ms, or,
-/// with nobody in line, deletes it and says so. Shared by the scripts that free a key.
+/// and names it on the channel for the grace, or, with nobody in line, deletes it and
+/// says so. Shared by the scripts that free a key; each declares, before it, the locals
+/// `channel`, `publish` (the command) and `grace` (ms), which it reads.
 const FREE_FOR_NEXT_FN: &str = r#"
 local function free_for_next()
   if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -448,13 +536,13 @@ local function free_for_next()
     if head then
       redis.call('ZREM', KEYS[2], head)
       redis.call('ZREM', KEYS[3], head)
-      redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', ARGV[5])
-      redis.call(ARGV[4], ARGV[3], 'R:' .. head)
+      redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', grace)
+      redis.call(publish, channel, 'R:' .. head)
       return
     end
   end
   redis.call('DEL', KEYS[1])
-  redis.call(ARGV[4], ARGV[3], '')
+  redis.call(publish, channel, '')
 end
 "#;
 
@@ -470,6 +558,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.pcall('GET', KEYS[1]) ~= 'reserved:' .. ARGV[1] then
   return 0
 end
+local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
 {FREE_FOR_NEXT_FN}
 free_for_next()
 return 1
@@ -555,6 +644,7 @@ return evicted
 static SEEN: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
+local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
 {IS_LOCK}
 local function seen()
   -- Only a string short enough to be a lock's value is read: a large cached value
@@ -581,7 +671,8 @@ end
 
 /// `is_lock(value)`: the value of a lock redlock wrote (held, or kept for
 /// `hold_at_least`): an owner token (32 hex digits, `:`, a hex counter: see `core`'s
-/// `fresh_token`), a token (≤ 19 digits), a time in ms (≤ 15 digits) and a name; or an
+/// `fresh_token`), a token (≤ 19 digits), a time in ms (≤ 15 digits, then `~` when
+/// [watched](WATCHED)) and a name; or an
 /// owner token alone (a lock an older redlock wrote). `node::parse_lock_value` accepts
 /// exactly the same shapes.
 const IS_LOCK: &str = r#"
@@ -593,7 +684,7 @@ local function is_lock(value)
   if string.sub(value, 1, 5) == 'kept:' then
     value = string.sub(value, 6)
   end
-  local owner, token, since = string.match(value, '^(' .. OWNER .. ') (%d+) (%d+) ')
+  local owner, token, since = string.match(value, '^(' .. OWNER .. ') (%d+) (%d+)~? ')
   if not owner then
     -- A lock an older redlock wrote: its owner token alone.
     owner = string.match(value, '^' .. OWNER .. '$')

@@ -52,12 +52,18 @@ pub async fn next_owner_delay(held: LockGuard, waiter: LockClient) -> Duration {
 
 /// Calls of EVALSHA so far, from Redis's own statistics.
 pub fn evalsha_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "evalsha")
+}
+
+/// Calls of `command` (lower case) so far, scripts' calls included, from Redis's own
+/// statistics.
+pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     server
         .cli(&["INFO", "commandstats"])
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
+        .find_map(|line| line.strip_prefix(prefix.as_str()).map(str::to_owned))
+        .and_then(|rest| rest.split(',').next().and_then(|calls| calls.parse().ok()))
         .unwrap_or(0)
 }
 

@@ -134,6 +134,20 @@ impl Connection {
         }
     }
 
+    /// The first of [`Self::waitlist_keys`] alone.
+    pub(crate) fn waitlist_key(&self, key: &str) -> String {
+        match self.slot_tag_for(key) {
+            None => {
+                let mut waitlist =
+                    String::with_capacity(scripts::WAITLIST_PREFIX.len() + key.len());
+                waitlist.push_str(scripts::WAITLIST_PREFIX);
+                waitlist.push_str(key);
+                waitlist
+            }
+            Some(tag) => format!("{{{tag}}}{}{key}", scripts::WAITLIST_PREFIX),
+        }
+    }
+
     /// The keys of `key`'s waitlist: arrival order, and expiry of each
     /// registration (in the key's slot on a cluster). They exist only while waiters do.
     pub(crate) fn waitlist_keys(&self, key: &str) -> [String; 2] {

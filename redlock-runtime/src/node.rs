@@ -243,17 +243,14 @@ impl Node {
             return self.share_on(connection, request, limit).await;
         }
         let key = request.key;
-        let [waitlist, expiries] = self.connection.waitlist_keys(key);
-        let boot_key = match request.quarantine_ms {
-            Some(_) => scripts::BOOT_KEY,
-            None => key,
-        };
         let mut script = scripts::ACQUIRE.key(key);
         script
             .key(self.connection.fence_key(key).as_ref())
-            .key(waitlist)
-            .key(expiries)
-            .key(boot_key)
+            .key(self.connection.waitlist_key(key));
+        if request.quarantine_ms.is_some() {
+            script.key(scripts::BOOT_KEY);
+        }
+        script
             .arg(request.owner)
             .arg(request.lease_ms)
             .arg(request.name)
@@ -556,15 +553,9 @@ async fn release_on(
     publish_every_release: bool,
 ) -> RedisResult<i64> {
     let publish = connection.publish_command();
-    let [waitlist, expiries] = connection.waitlist_keys(key);
-    let forced = scripts::forced_key(&waitlist);
-    let holders = connection.holders_key(key);
     let mut script = scripts::RELEASE.key(key);
     script
-        .key(waitlist)
-        .key(expiries)
-        .key(forced)
-        .key(holders)
+        .key(connection.waitlist_key(key))
         .arg(owner)
         .arg(keep_ms)
         .arg(timings.reservation_ms)

@@ -84,15 +84,16 @@ end
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
-/// KEYS: lock, fence counter, waitlist, waitlist expiries, restart marker (with
-/// RedLock; otherwise the lock key again, untouched, so that every key shares a slot).
+/// KEYS: lock, fence counter, waitlist, and with RedLock the restart marker. The
+/// waitlist's expiries key is derived from the waitlist's (see [`companion_of`]): one
+/// key fewer to send and to read on every call.
 /// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
 /// earlier attempt may have registered it on the waitlist, how long a registration
 /// outlives the holder's lease (ms), the publish command; then, only when needed, the
 /// owner token of a same-client holder handing the lock off (its lock, if still there,
 /// is deleted first: see `turn`'s hand-off) and the restart quarantine in ms (RedLock
-/// only). The release channel is not sent: [`release_channel_of`] derives it.
+/// only). The release channel is not sent: [`companion_of`] derives it.
 ///
 /// A waiter that fails registers on the key's waitlist (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -129,7 +130,7 @@ if ARGV[9] and ARGV[9] ~= '' then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local now = redis.call('TIME')
   local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local marker = redis.pcall('GET', KEYS[5])
+  local marker = redis.pcall('GET', KEYS[4])
   local id, since, origin
   if type(marker) == 'string' then
     id, since, origin = string.match(marker, '^(%w+):(%d+):(%a+)$')
@@ -137,7 +138,7 @@ if ARGV[9] and ARGV[9] ~= '' then
   if id ~= run_id then
     if type(marker) == 'string' then origin = 'stale' else origin = 'blank' end
     since = now_us
-    redis.call('SET', KEYS[5], run_id .. ':' .. string.format('%.0f', since) .. ':' .. origin)
+    redis.call('SET', KEYS[4], run_id .. ':' .. string.format('%.0f', since) .. ':' .. origin)
   end
   since = tonumber(since)
   if since ~= 0 and now_us - since <= tonumber(ARGV[9]) * 1000 then
@@ -184,7 +185,7 @@ end
 if acquired then
   if ARGV[5] == '1' or reserved then
     redis.call('ZREM', KEYS[3], ARGV[4])
-    redis.call('ZREM', KEYS[4], ARGV[4])
+    redis.call('ZREM', {expiries}, ARGV[4])
   end
   if reserved or handed_off == 1 then
     -- The key changed hands: tell the other waiters when the new lease ends, which may
@@ -200,18 +201,20 @@ if ttl < 0 then
 end
 {watch}
 if ARGV[4] ~= '' then
+  local expiries = {expiries}
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
-  redis.call('ZADD', KEYS[4], ms + ttl + tonumber(ARGV[6]), ARGV[4])
-  local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  redis.call('ZADD', expiries, ms + ttl + tonumber(ARGV[6]), ARGV[4])
+  local latest = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
   local keep = math.max(1, tonumber(latest[2]) - ms)
   redis.call('PEXPIRE', KEYS[3], keep)
-  redis.call('PEXPIRE', KEYS[4], keep)
+  redis.call('PEXPIRE', expiries, keep)
 end
 return {{0, ttl, boot}}
 "#,
         token = next_token("KEYS[2]"),
-        channel = release_channel_of("KEYS[1]", "KEYS[3]"),
+        channel = companion_of("KEYS[1]", "KEYS[3]", RELEASE_CHANNEL_PREFIX),
+        expiries = companion_of("KEYS[1]", "KEYS[3]", WAITLIST_EXPIRY_PREFIX),
         watch = watch("KEYS[1]", "value"),
     ))
 });
@@ -267,13 +270,15 @@ end
 /// `fresh_token`).
 const OWNER_PATTERN: &str = "%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:%x+";
 
-/// Lua for the release channel of `lock` (see [`release_channel`]), derived from its
-/// waitlist key `waitlist` (which starts with the same slot tag on a cluster): one
-/// argument fewer on every call.
-fn release_channel_of(lock: &str, waitlist: &str) -> String {
+/// Lua for the companion of `lock` named `prefix` + lock (its release channel, its
+/// waitlist's expiries, its eviction marker, its holders), derived from its waitlist
+/// key `waitlist`, which starts with the same slot tag on a cluster (so the companion
+/// is in the lock's slot, as if declared). Companions used only off the common path
+/// are derived rather than sent: fewer arguments to build, send and read on every call.
+fn companion_of(lock: &str, waitlist: &str, prefix: &str) -> String {
     format!(
-        "(string.sub({waitlist}, 1, #{waitlist} - #{lock} - {prefix}) .. '{RELEASE_CHANNEL_PREFIX}' .. {lock})",
-        prefix = WAITLIST_PREFIX.len(),
+        "(string.sub({waitlist}, 1, #{waitlist} - #{lock} - {waitlist_prefix}) .. '{prefix}' .. {lock})",
+        waitlist_prefix = WAITLIST_PREFIX.len(),
     )
 }
 
@@ -471,8 +476,11 @@ end
 "#;
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
-/// KEYS: lock, waitlist, waitlist expiries, eviction marker, holders (of a key held in
-/// shares). ARGV: owner token, ms to keep the key (0: release it), grace of a
+/// KEYS: lock, waitlist; off the common path the script derives from them (see
+/// [`companion_of`]) the waitlist's expiries, the eviction marker and the holders (of a
+/// key held in shares), as KEYS[3..5] of a local `KEYS`: the layout the shared
+/// functions read. ARGV: owner
+/// token, ms to keep the key (0: release it), grace of a
 /// reservation (ms), publish command (PUBLISH, or SPUBLISH on a cluster), and "1" to
 /// publish every release (RedLock: see `Node`), else nothing.
 /// A share (read lock, permit) is released by the same script (see `release_share`).
@@ -498,6 +506,9 @@ if ours and ARGV[2] == '0' and not ARGV[5] and string.find(value, '^%S+ %d+ %d+ 
 end
 -- Defined only off the common path: each definition costs every run that makes it.
 local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
+-- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
+-- is Redis's to fill) with the companions added.
+local KEYS = {{KEYS[1], KEYS[2], {expiries}, {forced}, {holders}}}
 {FREE_FOR_NEXT_FN}
 if not ours then
   {GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
@@ -514,7 +525,10 @@ end
 free_for_next()
 return 1
 "#,
-        channel = release_channel_of("KEYS[1]", "KEYS[2]"),
+        channel = companion_of("KEYS[1]", "KEYS[2]", RELEASE_CHANNEL_PREFIX),
+        expiries = companion_of("KEYS[1]", "KEYS[2]", WAITLIST_EXPIRY_PREFIX),
+        forced = companion_of("KEYS[1]", "KEYS[2]", FORCED_PREFIX),
+        holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
     ))
 });
 

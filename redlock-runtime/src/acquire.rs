@@ -200,7 +200,10 @@ impl LockRequest {
             .saturating_add(self.client.config().response_timeout);
         let key = self.key.clone();
         let label = self.label.clone();
-        let result = match tokio::time::timeout(bound, self.acquire_inner(started))
+        // Boxed: the attempt's state is large, and `timeout` and `instrument` would each
+        // copy it whole (the profile's top user-space cost on the uncontended path).
+        let inner = Box::pin(self.acquire_inner(started));
+        let result = match tokio::time::timeout(bound, inner)
             .instrument(span.clone())
             .await
         {

@@ -45,10 +45,10 @@ if "${record[@]}" -- true >/dev/null 2>&1; then
             | grep -v '^\[' | sed 's/^/# /' || true
         echo "#"
         main=$(basename "$binary" | cut -c1-15)
-        echo "# Where the samples fell, by thread and object: tokio-rt-worker = the runtime's two"
-        echo "# workers (the benchmark's task with the lock's code, redis-rs's connection task, socket"
-        echo "# I/O), $main = the main thread (idle in block_on), redis-server = Redis;"
-        echo "# [kernel.kallsyms] = system calls, the loopback TCP stack and scheduling."
+        echo "# Where the samples fell, by thread and object: $main = the benchmark's main thread"
+        echo "# (block_on: the benchmark's loop and the lock's code), tokio-rt-worker = the runtime's"
+        echo "# workers (redis-rs's connection tasks, socket I/O), redis-server = Redis; [kernel.kallsyms]"
+        echo "# = system calls, the loopback TCP stack and scheduling."
         echo "# perf report -i $data --stdio --no-children -g none --sort comm,dso --percent-limit 0.3"
         perf report -i "$data" --stdio --no-children -g none --sort comm,dso --percent-limit 0.3 \
             2>/dev/null | tidy | grep -v '^#' || true

@@ -181,9 +181,10 @@ pub async fn run(bench: &mut Bench, nesting: &[Nesting; 2]) -> Sweep {
          {} ms per round, {ROUNDS} rounds alternating redlock and rslock, medians; one run gives the cycle p50 \
          (over every task's cycles) and the cycles per second; the RTT is a block of {} PINGs before each count. \
          Without a subscriber this process used {} ms of CPU per second idle (tokio and the clients' background \
-         tasks), within the client CPU per cycle. These tasks run on the runtime's workers, as the \
-         uncontended scenario's one task does (here the 1-task figures come from timed rounds, there from \
-         blocks interleaved with PINGs). The 64-task throughput row is the throughput scenario's \
+         tasks), within the client CPU per cycle. These tasks run on the runtime's workers, next to \
+         the connection's own task; the uncontended scenario's cycles run in `block_on` on the main thread, \
+         so each of its round trips also hands over between threads (compare the two 1-task p50s and client \
+         CPUs). The 64-task throughput row is the throughput scenario's \
          (1.5 s rounds); this scenario's 64-task figures are the base of the row with tracing",
         (ROUND / bench.scale as u32).as_millis(),
         BLOCK_LEN / bench.scale,

@@ -120,12 +120,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("build the tokio runtime");
-    // On a worker, as a service's request handlers run: in `block_on` the main thread
-    // would be the one task outside the workers, and each of its round trips would
-    // also hand over between threads (the uncontended rows before 2026-11-23 16:00 UTC).
-    runtime
-        .block_on(runtime.spawn(run(options)))
-        .expect("the benchmark's task");
+    runtime.block_on(run(options));
 }
 
 async fn run(options: Options) {

@@ -12,6 +12,9 @@
 #   scripts/profile.sh              # 5 s, the report on stdout
 #   scripts/profile.sh 10 FILE      # 10 s, and the report also written to FILE
 #                                   # (benches/profile-uncontended.txt is one such)
+#   PROFILE_LOCK=rslock scripts/profile.sh 10 FILE
+#                                   # rslock's cycles instead, to compare
+#                                   # (benches/profile-uncontended-rslock.txt)
 #
 # The perf data (about 15 MB a second) is deleted afterwards unless KEEP=1.
 # Without a working `perf record` (no perf_event access), it falls back to

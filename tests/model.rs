@@ -11,10 +11,10 @@
 //!   owner handing it on (hand-off), `SET NX` with the lease, or take a reservation
 //!   made for this waiter (and publish `T`); on success the fencing token
 //!   `max(counter + 1, clock)` and the waiter's registration is removed; on failure
-//!   the waiter marks the holder's lock *watched* (`scripts::WATCHED`), registers
+//!   the waiter marks the holder's lock *contended* (`scripts::CONTENDED`), registers
 //!   (`ZADD NX`, in arrival order, expiring at `now + ttl + slack`) and sleeps until
 //!   the remaining time to live it was told; a lock taken by a hand-off or from a
-//!   reservation is watched from the start;
+//!   reservation is contended from the start;
 //! - **subscribe**: after its first failed attempt, a waiter of a client whose channel
 //!   is not subscribed is deaf until its SUBSCRIBE is confirmed, and then tries again
 //!   at once (`listen_everywhere`'s `live` flag); a subscription nobody listens to
@@ -23,8 +23,8 @@
 //!   free; merged as `Release::merge` does, and read only between attempts), or the
 //!   waiter's timer: the lease end it was told, or the fallback a grace after a
 //!   message reserving the key for another client;
-//! - **release**: RELEASE (owner check; an unwatched lock is deleted with no message,
-//!   a watched one goes through FREE_FOR_NEXT: drop expired registrations,
+//! - **release**: RELEASE (owner check; an uncontended lock is deleted with no message,
+//!   a contended one goes through FREE_FOR_NEXT: drop expired registrations,
 //!   reserve the key for the waitlist's head for the grace and publish `R:<head>`, or
 //!   delete it and publish the empty message); **hand-off** inside a client (the
 //!   releasing holder passes its owner to the next task in line, whose ACQUIRE deletes
@@ -109,7 +109,7 @@
 //! settings of 0.3–0.6 million states each, a few seconds each in a debug build.
 //! Broken variants of the model (release without the owner check, a reservation
 //! without expiry, no retry after a fresh subscription, a server clock behind after
-//! a restart, a lock taken from a reservation left unwatched) are each caught.
+//! a restart, a lock taken from a reservation left uncontended) are each caught.
 //!
 //! # What the model found
 //! With clients asking for different leases, "no forgotten waiter" failed for the
@@ -146,9 +146,9 @@ enum Broken {
     NoRetryAfterSubscribe,
     /// Redis comes back from a restart with its clock two ticks behind.
     ClockBehindAfterRestart,
-    /// A lock taken from a reservation starts unwatched (only a busy attempt watches
+    /// A lock taken from a reservation starts uncontended (only a busy attempt marks
     /// it), so its release may go unpublished while a waiter sleeps.
-    ReservationTakenUnwatched,
+    ReservationTakenUncontended,
 }
 
 /// The model's parameters.
@@ -192,8 +192,8 @@ enum Key {
         by: Id,
         exp: Tick,
         /// An attempt found it busy, or it changed hands (a hand-off, a reservation
-        /// taken): its release is published (`scripts::WATCHED`).
-        watched: bool,
+        /// taken): its release is published (`scripts::CONTENDED`).
+        contended: bool,
     },
     Reserved {
         by: Id,
@@ -519,11 +519,13 @@ impl Protocol {
     }
 
     /// RELEASE with `keep` 0: compare-and-hand-on.
-    /// An unwatched lock is deleted with no message (see `Key::Owned::watched`).
+    /// An uncontended lock is deleted with no message (see `Key::Owned::contended`).
     fn release(&self, s: &mut State, id: Id) {
         match s.key {
             Key::Owned {
-                by, watched: false, ..
+                by,
+                contended: false,
+                ..
             } if by == id => s.key = Key::Absent,
             Key::Owned { by, .. } if by == id => self.free_for_next(s),
             _ if self.broken == Broken::ReleaseWithoutOwnerCheck => self.free_for_next(s),
@@ -559,15 +561,15 @@ impl Protocol {
             s.fence = token;
             let lease = self.clients[p as usize][t as usize];
             let exp = s.clock + lease;
-            let watched = match how {
+            let contended = match how {
                 How::Free => false,
                 How::HandOff => true,
-                How::Reservation => self.broken != Broken::ReservationTakenUnwatched,
+                How::Reservation => self.broken != Broken::ReservationTakenUncontended,
             };
             s.key = Key::Owned {
                 by: id,
                 exp,
-                watched,
+                contended,
             };
             let guard = Guard {
                 id,
@@ -602,8 +604,8 @@ impl Protocol {
             }
         };
         // Found busy: the holder's release will be published.
-        if let Key::Owned { watched, .. } = &mut s.key {
-            *watched = true;
+        if let Key::Owned { contended, .. } = &mut s.key {
+            *contended = true;
         }
         let exp = s.clock + ttl + self.slack;
         match s
@@ -1096,10 +1098,10 @@ fn reservation_without_expiry_is_caught() {
 }
 
 #[test]
-fn a_reservation_taken_unwatched_is_caught() {
+fn a_reservation_taken_uncontended_is_caught() {
     counterexample(
-        Protocol::three_clients(Broken::ReservationTakenUnwatched),
-        "a reservation taken without watching the lock",
+        Protocol::three_clients(Broken::ReservationTakenUncontended),
+        "a reservation taken without marking the lock contended",
         "no forgotten waiter",
     );
 }

@@ -30,7 +30,7 @@ async fn a_waiter_wakes_on_the_release_not_at_the_lease_end() {
 }
 
 /// A lock nobody found busy is released without a message (no one can be listening for
-/// it); one that a waiter found busy is marked watched, and its release reaches the
+/// it); one that a waiter found busy is marked contended, and its release reaches the
 /// waiter at once.
 #[tokio::test]
 async fn only_a_lock_someone_found_busy_is_released_with_a_message() {
@@ -58,7 +58,7 @@ async fn only_a_lock_someone_found_busy_is_released_with_a_message() {
     let value: String = redis.get("busy").await.unwrap();
     assert!(
         !value.contains("~ "),
-        "watched before anyone waited: {value}"
+        "contended before anyone waited: {value}"
     );
     let waiting = tokio::spawn(async move {
         waiter_client
@@ -76,19 +76,19 @@ async fn only_a_lock_someone_found_busy_is_released_with_a_message() {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "never watched: {value}"
+            "never contended: {value}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let watched_at = command_calls(&server, "publish");
+    let contended_at = command_calls(&server, "publish");
     guard.release().await.unwrap();
     // Woken by the message: far sooner than the 20 s lease.
     let next = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
-        .expect("the waiter slept through a watched release")
+        .expect("the waiter slept through a contended release")
         .unwrap()
         .unwrap();
-    assert!(command_calls(&server, "publish") > watched_at);
+    assert!(command_calls(&server, "publish") > contended_at);
     assert!(next.fencing_token() > 0);
     next.release().await.unwrap();
 }

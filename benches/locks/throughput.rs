@@ -52,13 +52,13 @@ impl CycleCommands {
             .map(|c| c.args[0].clone())
             .expect("rslock's unlock EVALSHA");
         warm.retain(|c| !c.from_script);
-        // One cycle sends the acquire script (5 keys: the lock, the fence counter, the
-        // key's two waitlist keys and, on one server, the lock again in place of
-        // RedLock's restart marker), then the release script (5 keys since the lock
-        // family: the lock, the waitlist keys, the key's force-unlock marker and its
-        // holders set): told apart by their order, since their key counts are the same.
-        // redis-benchmark replays them as sent, on a random lock key and with a fixed
-        // owner (so that some of its releases find their own lock).
+        // One cycle sends the acquire script (on one server 3 keys: the lock, the fence
+        // counter, the waitlist), then the release script (2 keys: the lock, the
+        // waitlist): told apart by their order. redis-benchmark replays them as sent,
+        // on a random lock key and with a fixed owner (so that some of its releases find
+        // their own lock). The waitlist key stays the warm-up lock's, so a replayed
+        // release that finds no lock of its own derives its companion keys (see
+        // `scripts::companion_of`) from a mismatched pair: odd key names, the same work.
         let evalshas: Vec<&Command> = warm.iter().filter(|c| c.name == "EVALSHA").collect();
         let replay = |sent: Option<&&Command>| -> Vec<String> {
             let sent = sent.expect("the acquire and release EVALSHAs");

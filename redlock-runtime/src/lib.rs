@@ -39,7 +39,7 @@
 //!   answer within the grace loses its turn, so a waiter that died costs one grace
 //!   period. RedLock keeps no waitlist: there, fairness across clients is best effort.
 //! - **Release** is compare-and-delete plus publish, in one script; a lock that no
-//!   attempt found busy (none marked it *watched*) has no one to tell and is deleted
+//!   attempt found busy (none marked it *contended*) has no one to tell and is deleted
 //!   without a message. When a task of the
 //!   same client waits in line, the lock is handed to it instead, inside its acquire
 //!   script (one round trip from release to next holder; at most 8 times in a row, then
@@ -56,7 +56,7 @@
 //!   counter (with RedLock, `redlock:boot` the restart marker); while clients wait,
 //!   `redlock:waitlist:<key>` and `redlock:waitlist-expiry:<key>` hold the line (they
 //!   expire a little after the last waiter's registration, at most tens of seconds
-//!   after it gave up); releases are published on `redlock:released:<key>`; a force-unlock leaves
+//!   after it gave up); releases someone may be waiting for are published on `redlock:released:<key>`; a force-unlock leaves
 //!   `redlock:forced:<key>` (the evicted owner, expiring with the lease it evicted) so
 //!   that the evicted holder can tell why its lock is gone; a key held in shares has
 //!   `redlock:holders:<key>` beside it (see "The lock family"). The `redlock:`

@@ -91,9 +91,9 @@ pub(crate) struct Node {
     /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
     /// connection it is sent on.
     confirming: Option<Confirming>,
-    /// A RedLock master: every release is published, watched or not (see
-    /// `scripts::WATCHED`), because a waiter listens on a majority of masters that
-    /// need not be the ones its attempts watched.
+    /// A RedLock master: every release is published, contended or not (see
+    /// `scripts::CONTENDED`), because a waiter listens on a majority of masters that
+    /// need not be the ones its attempts marked.
     publish_every_release: bool,
 }
 
@@ -249,6 +249,11 @@ impl Node {
             .key(self.connection.waitlist_key(key));
         if request.quarantine_ms.is_some() {
             script.key(scripts::BOOT_KEY);
+        } else if self.connection.is_cluster() {
+            // Declared on a cluster (see `scripts::ACQUIRE`); the lock key stands in for
+            // the restart marker.
+            let [_, expiries] = self.connection.waitlist_keys(key);
+            script.key(key).key(expiries);
         }
         script
             .arg(request.owner)
@@ -554,8 +559,19 @@ async fn release_on(
 ) -> RedisResult<i64> {
     let publish = connection.publish_command();
     let mut script = scripts::RELEASE.key(key);
+    if connection.is_cluster() {
+        // Every key declared on a cluster (see `scripts::ACQUIRE`).
+        let [waitlist, expiries] = connection.waitlist_keys(key);
+        let forced = scripts::forced_key(&waitlist);
+        script
+            .key(waitlist)
+            .key(expiries)
+            .key(forced)
+            .key(connection.holders_key(key));
+    } else {
+        script.key(connection.waitlist_key(key));
+    }
     script
-        .key(connection.waitlist_key(key))
         .arg(owner)
         .arg(keep_ms)
         .arg(timings.reservation_ms)
@@ -681,7 +697,7 @@ fn parse_lock_value(value: &str) -> Option<(&str, u64, Option<u64>, &str)> {
         (1..=most).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit())
     };
     let since = parts.next()?;
-    let since = since.strip_suffix(scripts::WATCHED).unwrap_or(since);
+    let since = since.strip_suffix(scripts::CONTENDED).unwrap_or(since);
     let name = parts.next()?;
     if !digits(token, 19) || !digits(since, 15) {
         return None;
@@ -825,10 +841,10 @@ mod tests {
             parse_lock_value(&kept).unwrap(),
             (&kept[..owner.len() + 5], 5, Some(6), "n")
         );
-        // A watched lock (an attempt found it busy): its start time ends with `~`.
-        let watched = format!("{owner} 5 6~ n m");
+        // A contended lock (an attempt found it busy): its start time ends with `~`.
+        let contended = format!("{owner} 5 6~ n m");
         assert_eq!(
-            parse_lock_value(&watched).unwrap(),
+            parse_lock_value(&contended).unwrap(),
             (owner.as_str(), 5, Some(6), "n m")
         );
         assert!(parse_lock_value(&format!("{owner} 5 6~~ n")).is_none());

@@ -8,7 +8,7 @@
 //! which every compare-and-set checks (`owned_by`: the value starts with the token and
 //! a space); the fencing token it was given; when it was taken (server clock, ms); and
 //! the holding client's name (may hold spaces: it runs to the end); the time is
-//! followed by `~` once a waiter watches the lock (see [`WATCHED`]). So who holds a lock,
+//! followed by `~` once an attempt found the lock busy (see [`CONTENDED`]). So who holds a lock,
 //! since when and with which token is read from the lock itself — no side key, nothing
 //! that outlives the lock, and no extra round trip to acquire. A key kept for
 //! `hold_at_least` reads `kept:` and the same; one reserved for the next waiter reads
@@ -86,7 +86,10 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
 /// KEYS: lock, fence counter, waitlist, and with RedLock the restart marker. The
 /// waitlist's expiries key is derived from the waitlist's (see [`companion_of`]): one
-/// key fewer to send and to read on every call.
+/// key fewer to send and to read on every call. On a cluster it is declared instead, as
+/// KEYS[5] (KEYS[4] is then the lock key again, untouched): while its slot migrates, a
+/// script with every key declared is refused whole (`TRYAGAIN`, retried) rather than
+/// failing half-way at an undeclared key that has already moved.
 /// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
 /// earlier attempt may have registered it on the waitlist, how long a registration
@@ -104,7 +107,7 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 ///
 /// The path without contention is three commands: `TIME`, the fencing counter's
 /// `SET … GET` and the lock's `SET NX PX` with its final value. An attempt that finds
-/// the key busy marks the holder's lock *watched* (see [`WATCHED`]), so that its
+/// the key busy marks the holder's lock *contended* (see [`CONTENDED`]), so that its
 /// release is published; a lock that nobody found busy is released without a message.
 ///
 /// Returns `{1, token, handed_off, boot}` when acquired (`handed_off` = 1 if the
@@ -157,12 +160,12 @@ end
 {token}
 -- Who holds it, with which token, since when (ms): read by `inspect`. A key that
 -- changes hands here (a hand-off, a reservation taken) may have waiters listening:
--- its lock is watched from the start.
+-- its lock is contended from the start.
 local head = ARGV[1] .. ' ' .. clock .. ' ' .. since_ms
 local tail = ' ' .. ARGV[3]
-local watched = ''
-if handed_off == 1 then watched = '~' end
-local acquired = redis.call('SET', KEYS[1], head .. watched .. tail, 'NX', 'PX', ARGV[2])
+local contended = ''
+if handed_off == 1 then contended = '~' end
+local acquired = redis.call('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2])
 local reserved = false
 local value
 if not acquired then
@@ -199,7 +202,7 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then
   return {{-1, 'string', boot}}
 end
-{watch}
+{mark_contended}
 if ARGV[4] ~= '' then
   local expiries = {expiries}
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -214,8 +217,11 @@ return {{0, ttl, boot}}
 "#,
         token = next_token("KEYS[2]"),
         channel = companion_of("KEYS[1]", "KEYS[3]", RELEASE_CHANNEL_PREFIX),
-        expiries = companion_of("KEYS[1]", "KEYS[3]", WAITLIST_EXPIRY_PREFIX),
-        watch = watch("KEYS[1]", "value"),
+        expiries = format!(
+            "(KEYS[5] or {})",
+            companion_of("KEYS[1]", "KEYS[3]", WAITLIST_EXPIRY_PREFIX)
+        ),
+        mark_contended = mark_contended("KEYS[1]", "value"),
     ))
 });
 
@@ -244,18 +250,18 @@ local since_ms = string.sub(micros, 1, -4)
     )
 }
 
-/// A lock is *watched* once an attempt found it busy, or when it changed hands while
+/// A lock is *contended* once an attempt found it busy, or when it changed hands while
 /// others may be waiting (a hand-off, a reservation taken): its value's start time
-/// then ends with `~` (`<owner> <token> <since>~ <name>`). The release of a watched
-/// lock goes through the waitlist and is published; an unwatched one is deleted with
+/// then ends with `~` (`<owner> <token> <since>~ <name>`). The release of a contended
+/// lock goes through the waitlist and is published; an uncontended one is deleted with
 /// no message, since no waiter can be listening for it: every waiter's attempt found
-/// the lock busy (and watched it), or woke at a message or timer that a watched lock
+/// the lock busy (and marked it), or woke at a message or timer that a contended lock
 /// or an expiry gave it (tests/model.rs checks "no forgotten waiter" with it).
-pub(crate) const WATCHED: char = '~';
+pub(crate) const CONTENDED: char = '~';
 
-/// Lua that marks the lock `value` on `key` watched if it is an unwatched lock of
+/// Lua that marks the lock `value` on `key` contended if it is an uncontended lock of
 /// redlock's (never a reservation, a kept or shared key, or anything else).
-fn watch(key: &str, value: &str) -> String {
+fn mark_contended(key: &str, value: &str) -> String {
     format!(
         r#"
 if string.find({value}, '^{owner} %d+ %d+ ') then
@@ -367,7 +373,7 @@ if value and not reserved then
     if busy_for < 0 then
       return {{-1, 'string', 0}}
     end
-    {watch}
+    {mark_contended}
   elseif value ~= 'shared:' .. ARGV[10] then
     return {{-2, string.sub(value, 8), 0}}
   end
@@ -435,7 +441,7 @@ end
 return {{1, token, handed_off, 0}}
 "#,
         token = next_token("KEYS[5]"),
-        watch = watch("KEYS[1]", "value"),
+        mark_contended = mark_contended("KEYS[1]", "value"),
     ))
 });
 
@@ -479,7 +485,8 @@ end
 /// KEYS: lock, waitlist; off the common path the script derives from them (see
 /// [`companion_of`]) the waitlist's expiries, the eviction marker and the holders (of a
 /// key held in shares), as KEYS[3..5] of a local `KEYS`: the layout the shared
-/// functions read. ARGV: owner
+/// functions read. On a cluster those three are declared instead (see `ACQUIRE` for
+/// why). ARGV: owner
 /// token, ms to keep the key (0: release it), grace of a
 /// reservation (ms), publish command (PUBLISH, or SPUBLISH on a cluster), and "1" to
 /// publish every release (RedLock: see `Node`), else nothing.
@@ -488,8 +495,8 @@ end
 /// for `hold_at_least`, 0 when the lock was not ours any more, -1 when it was
 /// force-unlocked (see [`GONE`]).
 ///
-/// Without contention this is `GET` and `DEL`: a lock nobody watched (see [`WATCHED`])
-/// has no one to tell. A watched one goes to the waitlist's head, or is deleted with a
+/// Without contention this is `GET` and `DEL`: a lock nobody contended (see [`CONTENDED`])
+/// has no one to tell. A contended one goes to the waitlist's head, or is deleted with a
 /// message to every listener.
 ///
 /// A kept key's value gains the prefix `kept:`, so that a renewal already on its
@@ -508,7 +515,7 @@ end
 local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
 -- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
 -- is Redis's to fill) with the companions added.
-local KEYS = {{KEYS[1], KEYS[2], {expiries}, {forced}, {holders}}}
+local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
 {FREE_FOR_NEXT_FN}
 if not ours then
   {GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
@@ -686,7 +693,7 @@ end
 /// `is_lock(value)`: the value of a lock redlock wrote (held, or kept for
 /// `hold_at_least`): an owner token (32 hex digits, `:`, a hex counter: see `core`'s
 /// `fresh_token`), a token (≤ 19 digits), a time in ms (≤ 15 digits, then `~` when
-/// [watched](WATCHED)) and a name; or an
+/// [contended](CONTENDED)) and a name; or an
 /// owner token alone (a lock an older redlock wrote). `node::parse_lock_value` accepts
 /// exactly the same shapes.
 const IS_LOCK: &str = r#"

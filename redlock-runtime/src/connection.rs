@@ -128,33 +128,20 @@ impl Connection {
 
     /// The channel a release of `key` is published on (in the key's slot on a cluster).
     pub(crate) fn release_channel(&self, key: &str) -> String {
-        match self.slot_tag_for(key) {
-            None => scripts::release_channel(key),
-            Some(tag) => format!("{{{tag}}}{}", scripts::release_channel(key)),
-        }
+        self.companion(scripts::RELEASE_CHANNEL_PREFIX, key)
     }
 
     /// The first of [`Self::waitlist_keys`] alone.
     pub(crate) fn waitlist_key(&self, key: &str) -> String {
-        match self.slot_tag_for(key) {
-            None => {
-                let mut waitlist =
-                    String::with_capacity(scripts::WAITLIST_PREFIX.len() + key.len());
-                waitlist.push_str(scripts::WAITLIST_PREFIX);
-                waitlist.push_str(key);
-                waitlist
-            }
-            Some(tag) => format!("{{{tag}}}{}{key}", scripts::WAITLIST_PREFIX),
-        }
+        self.companion(scripts::WAITLIST_PREFIX, key)
     }
 
     /// The keys of `key`'s waitlist: arrival order, and expiry of each
     /// registration (in the key's slot on a cluster). They exist only while waiters do.
     pub(crate) fn waitlist_keys(&self, key: &str) -> [String; 2] {
-        let tag = self.companion_tag(key);
         [
-            format!("{tag}{}{key}", scripts::WAITLIST_PREFIX),
-            format!("{tag}{}{key}", scripts::WAITLIST_EXPIRY_PREFIX),
+            self.companion(scripts::WAITLIST_PREFIX, key),
+            self.companion(scripts::WAITLIST_EXPIRY_PREFIX, key),
         ]
     }
 
@@ -162,17 +149,16 @@ impl Connection {
     /// set of owner tokens by the end of each one's lease (in the key's slot on a
     /// cluster). It exists only while a share does.
     pub(crate) fn holders_key(&self, key: &str) -> String {
-        format!(
-            "{}{}{key}",
-            self.companion_tag(key),
-            scripts::HOLDERS_PREFIX
-        )
+        self.companion(scripts::HOLDERS_PREFIX, key)
     }
 
-    /// What a companion key of `key` starts with: `{<slot tag>}` on a cluster, else nothing.
-    fn companion_tag(&self, key: &str) -> String {
-        self.slot_tag_for(key)
-            .map_or_else(String::new, |tag| format!("{{{tag}}}"))
+    /// A companion key of `key`: `prefix` + `key`, behind `{<slot tag>}` on a cluster
+    /// (the same shape `scripts::companion_of` derives in Lua).
+    fn companion(&self, prefix: &str, key: &str) -> String {
+        match self.slot_tag_for(key) {
+            None => [prefix, key].concat(),
+            Some(tag) => format!("{{{tag}}}{prefix}{key}"),
+        }
     }
 
     /// The string keys matching `pattern` (SCAN with `TYPE string`, never KEYS: the

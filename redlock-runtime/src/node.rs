@@ -244,16 +244,17 @@ impl Node {
         }
         let key = request.key;
         let mut script = scripts::ACQUIRE.key(key);
-        script
-            .key(self.connection.fence_key(key).as_ref())
-            .key(self.connection.waitlist_key(key));
-        if request.quarantine_ms.is_some() {
-            script.key(scripts::BOOT_KEY);
-        } else if self.connection.is_cluster() {
+        script.key(self.connection.fence_key(key).as_ref());
+        if self.connection.is_cluster() {
             // Declared on a cluster (see `scripts::ACQUIRE`); the lock key stands in for
-            // the restart marker.
-            let [_, expiries] = self.connection.waitlist_keys(key);
-            script.key(key).key(expiries);
+            // the restart marker (RedLock's only).
+            let [waitlist, expiries] = self.connection.waitlist_keys(key);
+            script.key(waitlist).key(key).key(expiries);
+        } else {
+            script.key(self.connection.waitlist_key(key));
+            if request.quarantine_ms.is_some() {
+                script.key(scripts::BOOT_KEY);
+            }
         }
         script
             .arg(request.owner)

@@ -61,13 +61,15 @@ pub(crate) const WAITLIST_EXPIRY_PREFIX: &str = "redlock:waitlist-expiry:";
 /// extension or release can tell it was force-unlocked (see [`GONE`]).
 pub(crate) const FORCED_PREFIX: &str = "redlock:forced:";
 
-/// `owned_by(value, owner)`: does a lock value belong to this owner token? Shared by
-/// every script that compares before it writes.
-const OWNED_BY: &str = r#"
-local function owned_by(value, owner)
-  return type(value) == 'string' and string.sub(value, 1, #owner + 1) == owner .. ' '
-end
-"#;
+/// Lua that is true when the lock value `value` (a local: it is read twice) belongs to
+/// the owner token `owner`: the value starts with the token and a space. Shared by every
+/// script that compares before it writes; spliced as an expression rather than defined
+/// as a function, which would be a closure made anew on every run (see [`next_token`]).
+fn owned_by(value: &str, owner: &str) -> String {
+    format!(
+        "(type({value}) == 'string' and string.sub({value}, 1, #{owner} + 1) == {owner} .. ' ')"
+    )
+}
 
 /// `gone(marker, owner)`: the reply of a release, extension or renewal that found the
 /// lock not `owner`'s: -1 when the eviction marker `marker` names this owner (it was
@@ -152,7 +154,7 @@ local handed_off = 0
 local previous = ARGV[8]
 if previous and previous ~= '' then
   local held = redis.pcall('GET', KEYS[1])
-  if type(held) == 'string' and string.sub(held, 1, #previous + 1) == previous .. ' ' then
+  if {previous_owns} then
     redis.call('DEL', KEYS[1])
     handed_off = 1
   end
@@ -164,14 +166,14 @@ end
 local head = ARGV[1] .. ' ' .. clock .. ' ' .. since_ms
 local tail = ' ' .. ARGV[3]
 local contended = ''
-if handed_off == 1 then contended = '~' end
+if handed_off == 1 then contended = '{CONTENDED}' end
 local acquired = redis.call('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2])
 local reserved = false
 local value
 if not acquired then
   value = redis.pcall('GET', KEYS[1])
   if ARGV[4] ~= '' and value == 'reserved:' .. ARGV[4] then
-    redis.call('SET', KEYS[1], head .. '~' .. tail, 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
     acquired = true
     reserved = true
   else
@@ -216,6 +218,7 @@ end
 return {{0, ttl, boot}}
 "#,
         token = next_token("KEYS[2]"),
+        previous_owns = owned_by("held", "previous"),
         channel = companion_of("KEYS[1]", "KEYS[3]", RELEASE_CHANNEL_PREFIX),
         expiries = format!(
             "(KEYS[5] or {})",
@@ -265,7 +268,7 @@ fn mark_contended(key: &str, value: &str) -> String {
     format!(
         r#"
 if string.find({value}, '^{owner} %d+ %d+ ') then
-  redis.call('SET', {key}, (string.gsub({value}, '^(%S+ %d+ %d+)', '%1~', 1)), 'KEEPTTL')
+  redis.call('SET', {key}, (string.gsub({value}, '^(%S+ %d+ %d+)', '%1{CONTENDED}', 1)), 'KEEPTTL')
 end
 "#,
         owner = OWNER_PATTERN,
@@ -352,11 +355,13 @@ pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
-{OWNED_BY}{SETTLE_SHARES_FN}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
+{SETTLE_SHARES_FN}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
 local ms = server_ms()
 local limit = tonumber(ARGV[10])
 local handed_off = 0
-if ARGV[9] ~= '' and owned_by(redis.pcall('GET', KEYS[1]), ARGV[9]) then
+-- (false, not ours, when no owner hands the key off)
+local held = ARGV[9] ~= '' and redis.pcall('GET', KEYS[1])
+if {previous_owns} then
   redis.call('DEL', KEYS[1])
   handed_off = 1
 end
@@ -441,6 +446,7 @@ end
 return {{1, token, handed_off, 0}}
 "#,
         token = next_token("KEYS[5]"),
+        previous_owns = owned_by("held", "ARGV[9]"),
         mark_contended = mark_contended("KEYS[1]", "value"),
     ))
 });
@@ -506,7 +512,7 @@ pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 local value = redis.pcall('GET', KEYS[1])
-local ours = type(value) == 'string' and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. ' '
+local ours = {ours}
 if ours and ARGV[2] == '0' and not ARGV[5] and string.find(value, '^%S+ %d+ %d+ ') then
   redis.call('DEL', KEYS[1])
   return 1
@@ -532,6 +538,7 @@ end
 free_for_next()
 return 1
 "#,
+        ours = owned_by("value", "ARGV[1]"),
         channel = companion_of("KEYS[1]", "KEYS[2]", RELEASE_CHANNEL_PREFIX),
         expiries = companion_of("KEYS[1]", "KEYS[2]", WAITLIST_EXPIRY_PREFIX),
         forced = companion_of("KEYS[1]", "KEYS[2]", FORCED_PREFIX),
@@ -594,9 +601,8 @@ return 1
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}
 local value = redis.pcall('GET', KEYS[1])
-if owned_by(value, ARGV[1]) then
+if {ours} then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
@@ -612,7 +618,8 @@ if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   end
 end
 return gone(KEYS[2], ARGV[1])
-"#
+"#,
+        ours = owned_by("value", "ARGV[1]"),
     ))
 });
 
@@ -721,14 +728,6 @@ pub(crate) fn forced_key(waitlist: &str) -> String {
     waitlist.replacen(WAITLIST_PREFIX, FORCED_PREFIX, 1)
 }
 
-/// The channel a release of `key` is published on.
-pub(crate) fn release_channel(key: &str) -> String {
-    let mut channel = String::with_capacity(RELEASE_CHANNEL_PREFIX.len() + key.len());
-    channel.push_str(RELEASE_CHANNEL_PREFIX);
-    channel.push_str(key);
-    channel
-}
-
 /// KEYS: fence counter, restart marker, lock (or the marker again when no owner is
 /// given). ARGV: token, the `run_id` of the process to adopt (end its quarantine, if
 /// it is still the one running and started blank: see `Boot::Blank`), or empty; the
@@ -739,10 +738,9 @@ pub(crate) fn release_channel(key: &str) -> String {
 pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-{OWNED_BY}
 if ARGV[3] ~= '' then
   local value = redis.pcall('GET', KEYS[3])
-  if owned_by(value, ARGV[3]) then
+  if {ours} then
     local rest = string.match(value, '^%S+ %d+ (.*)$')
     if rest then
       redis.call('SET', KEYS[3], ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. rest, 'KEEPTTL')
@@ -760,6 +758,7 @@ if ARGV[2] ~= '' and string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') 
   end
 end
 return redis.status_reply('OK')
-"#
+"#,
+        ours = owned_by("value", "ARGV[3]"),
     ))
 });

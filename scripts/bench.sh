@@ -19,6 +19,8 @@
 #                                      # benches/locks/main.rs); the plot needs handoff
 #   scripts/bench.sh --only distinct_keys,tracing_info
 #                                      # the task-count and tracing rows alone
+#   scripts/bench.sh --trace-handoff   # only the hand-off at 2/16/64/256 waiters, each
+#                                      # split into its steps (benches/locks/handoff_trace.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh

@@ -1,5 +1,7 @@
 //! Waiting for a held lock: a waiter wakes on the release, not at the lease's end (and
-//! only a lock some attempt found busy is released with a message); a holder stuck past its lease does not hold up the next turn in its own client; an
+//! only a lock some attempt found busy is released with a message); a holder stuck past
+//! its lease does not hold up the next turn in its own client, even after the waiter
+//! that watched it gave up, or when the lock was handed to it by another task; an
 //! acquire dropped while it waits leaves no lock behind.
 
 mod common;
@@ -115,6 +117,95 @@ async fn a_holder_stuck_past_its_lease_does_not_block_its_own_clients_waiters() 
     assert!(stuck.is_lost());
     assert!(next.fencing_token() > stuck.fencing_token());
     assert!(stuck.release().await.unwrap_err().is_lost());
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_passes_the_watch_over_a_stuck_holder_on() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let stuck = client
+        .lock("stuck-watch")
+        .lease(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    // The first waiter watches the holder's lease on behalf of all, then gives up.
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("stuck-watch")
+                .wait(Duration::from_millis(100))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("stuck-watch")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        }
+    });
+    assert!(first.await.unwrap().unwrap_err().is_timeout());
+    let next = second
+        .await
+        .unwrap()
+        .expect("nobody watched the stuck holder's lease after the first waiter left");
+    assert!(stuck.is_lost());
+    assert!(next.fencing_token() > stuck.fencing_token());
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_handed_off_is_watched_by_its_own_lease() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let first = client
+        .lock("handed-watch")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // Lines up first (so it watches the first holder), then takes the lock by a
+    // hand-off with a short lease, and gets stuck holding it.
+    let taker = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("handed-watch")
+                .wait(Duration::from_secs(5))
+                .lease(Duration::from_millis(300))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let last = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("handed-watch")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    first.release().await.unwrap();
+    let stuck = taker.await.unwrap().unwrap();
+    // Its 300 ms lease, not the 30 s one of the lock it was handed, lets the last in.
+    let next = last
+        .await
+        .unwrap()
+        .expect("the last waiter still watched the previous holder's lease");
+    assert!(stuck.is_lost());
+    assert!(next.fencing_token() > stuck.fencing_token());
     next.release().await.unwrap();
 }
 

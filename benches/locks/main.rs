@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --bench locks [-- --svg PATH] [-- --quick] [-- --only NAME,NAME]`
 //! (see `scripts/bench.sh`); `-- --profile SECONDS` runs only redlock's uncontended
-//! cycles, for a profiler (see `scripts/profile.sh`).
+//! cycles, for a profiler (see `scripts/profile.sh`); `-- --trace-handoff` splits a
+//! hand-off's time into its steps (see `handoff_trace`).
 //!
 //! Each scenario is a module of its own; `run` below calls them in the order the
 //! figures appear, which is also the order they are measured in. `--only` runs the
@@ -17,6 +18,7 @@ mod context;
 mod cost;
 mod distinct_keys;
 mod handoff;
+mod handoff_trace;
 mod monitor;
 mod profile;
 mod read_throughput;
@@ -62,6 +64,8 @@ struct Options {
     only: Option<Vec<String>>,
     /// `--profile SECONDS`: only redlock's uncontended cycles, for that long.
     profile: Option<f64>,
+    /// `--trace-handoff`: only the hand-off runs, timed step by step.
+    trace_handoff: bool,
 }
 
 impl Options {
@@ -72,6 +76,7 @@ impl Options {
             current_thread: false,
             only: None,
             profile: None,
+            trace_handoff: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -79,6 +84,7 @@ impl Options {
                 "--svg" => options.svg = args.next().expect("--svg needs a path"),
                 "--quick" => options.quick = true,
                 "--current-thread" => options.current_thread = true,
+                "--trace-handoff" => options.trace_handoff = true,
                 "--profile" => {
                     let seconds = args.next().expect("--profile needs a number of seconds");
                     options.profile = Some(seconds.parse().expect("--profile SECONDS"));
@@ -127,6 +133,10 @@ async fn run(options: Options) {
     let mut bench = Bench::start(&options).await;
     if let Some(seconds) = options.profile {
         profile::run(&bench, seconds).await;
+        return;
+    }
+    if options.trace_handoff {
+        handoff_trace::run(&mut bench).await;
         return;
     }
     // Before any other cycle: capturing a cycle is what loads the scripts.

@@ -188,6 +188,8 @@ pub async fn contend(
                 let asked = Instant::now();
                 let guard = lock.acquire(&key).await;
                 let acquired = Instant::now();
+                // For `--trace-handoff` (off without its subscriber).
+                tracing::trace!(name: "acquired", target: "redlock::timing", "bench: acquired");
                 let before = shared.inside.fetch_add(1, Ordering::SeqCst);
                 if before > 0 {
                     shared.violations.fetch_add(1, Ordering::SeqCst);
@@ -206,6 +208,7 @@ pub async fn contend(
                 tokio::time::sleep(hold).await;
                 shared.inside.fetch_sub(1, Ordering::SeqCst);
                 let releasing = Instant::now();
+                tracing::trace!(name: "release_called", target: "redlock::timing", "bench: releasing");
                 holds.push(releasing - acquired);
                 *shared.last_release.lock().unwrap() = Some((task, releasing));
                 guard.release().await;

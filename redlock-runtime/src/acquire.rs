@@ -250,7 +250,9 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
         .take_turn(&plan.key, &plan.label, plan.deadline)
         .await
         .ok_or_else(|| plan.timeout())?;
-    let mut attempts = Attempts::new(&plan, turn.take_baton());
+    let baton = turn.take_baton();
+    tracing::trace!(name: "turn_taken", target: metrics::TIMING, key = %plan.key, baton = baton.is_some(), "redlock: turn taken");
+    let mut attempts = Attempts::new(&plan, baton);
     loop {
         let Tried {
             owner,
@@ -481,7 +483,9 @@ impl<'a, K: Kind> Attempts<'a, K> {
             waiter,
             shares: None,
         };
+        tracing::trace!(name: "script_sent", target: metrics::TIMING, key = %plan.key, "redlock: attempt sent");
         let outcome = plan.kind.attempt(plan.core.masters(), request).await;
+        tracing::trace!(name: "script_answered", target: metrics::TIMING, key = %plan.key, "redlock: attempt answered");
         if outcome.is_ok() {
             undo.disarm();
         } else {
@@ -679,7 +683,7 @@ impl<'a> WaitlistPlace<'a> {
         WaitlistPlace {
             client,
             key,
-            id: format!("{prefix}{}", client.fresh_token()),
+            id: client.fresh_token_after(prefix),
             registered: false,
             left: false,
         }

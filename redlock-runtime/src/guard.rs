@@ -245,7 +245,10 @@ impl Holding {
             .take_turn()
             .map(|turn| turn.hand_off(&self.owner))
         {
-            Some(Ok(hand_off)) => hand_off,
+            Some(Ok(hand_off)) => {
+                tracing::trace!(name: "baton_left", target: metrics::TIMING, key, "redlock: lock left for the next in line");
+                hand_off
+            }
             Some(Err(kept)) => return (free().await, Some(kept)),
             None => return (free().await, None),
         };

@@ -31,9 +31,10 @@ const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
 
 /// The owner token a releasing holder passes to the next in line, with the way back
 /// for the outcome: did the next one's script find and delete this owner's lock?
+/// (Whether it was picked up at all is told by the slot: empty once it was. So the
+/// holder is woken once per hand-off, by the outcome.)
 pub(crate) struct Baton {
     pub(crate) owner: String,
-    picked_up: Option<oneshot::Sender<()>>,
     outcome: Option<oneshot::Sender<bool>>,
 }
 
@@ -55,7 +56,6 @@ pub(crate) struct BatonSlot {
 
 /// The releasing side of a hand-off: what it waits on.
 pub(crate) struct Pending {
-    picked_up: oneshot::Receiver<()>,
     outcome: oneshot::Receiver<bool>,
 }
 
@@ -85,47 +85,37 @@ impl BatonSlot {
             self.in_a_row.store(0, Ordering::Release);
             return None;
         }
-        let (picked_up, picked_up_rx) = oneshot::channel();
         let (outcome, outcome_rx) = oneshot::channel();
         *self.baton.lock().unwrap_or_else(|e| e.into_inner()) = Some(Baton {
             owner: owner.to_owned(),
-            picked_up: Some(picked_up),
             outcome: Some(outcome),
         });
         Some(Pending {
-            picked_up: picked_up_rx,
             outcome: outcome_rx,
         })
     }
 
-    /// The baton a releasing holder left here, if any; tells the holder it was
-    /// picked up.
+    /// The baton a releasing holder left here, if any.
     pub(crate) fn pick_up(&self) -> Option<Baton> {
-        let mut baton = self
-            .baton
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()?;
-        if let Some(picked_up) = baton.picked_up.take() {
-            let _ = picked_up.send(());
-        }
-        Some(baton)
+        self.baton.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// Waits for the next in line to pick the baton up (taking it back after
-    /// [`PICK_UP_LIMIT`]), then for its script's verdict.
+    /// Waits for the verdict of the next in line's script; if there is none after
+    /// [`PICK_UP_LIMIT`] and the baton is still in the slot (nobody picked it up),
+    /// takes it back.
     pub(crate) async fn outcome(&self, pending: Pending) -> HandOffOutcome {
-        let Pending { picked_up, outcome } = pending;
-        if !matches!(
-            tokio::time::timeout(PICK_UP_LIMIT, picked_up).await,
-            Ok(Ok(()))
-        ) {
-            // Take it back, unless it was picked up at the last moment.
-            let reclaimed = self.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if reclaimed.is_some() {
-                return HandOffOutcome::NotTaken;
-            }
+        let Pending { mut outcome } = pending;
+        if let Ok(settled) = tokio::time::timeout(PICK_UP_LIMIT, &mut outcome).await {
+            return match settled {
+                Ok(released) => HandOffOutcome::Done { released },
+                Err(_) => HandOffOutcome::Vanished,
+            };
         }
+        let reclaimed = self.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if reclaimed.is_some() {
+            return HandOffOutcome::NotTaken;
+        }
+        // Picked up, its script still under way.
         match outcome.await {
             Ok(released) => HandOffOutcome::Done { released },
             Err(_) => HandOffOutcome::Vanished,

@@ -12,6 +12,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The `tracing` target of the timing events (TRACE) marking the steps of an
+/// acquisition and of a hand-off: `turn_taken`, `script_sent`, `script_answered`,
+/// `baton_left`. Off unless a subscriber enables `redlock::timing=trace`;
+/// `scripts/bench.sh --trace-handoff` splits a hand-off's time by them.
+pub(crate) const TIMING: &str = "redlock::timing";
+
 /// Why a holder lost its lock (`cause` of `redlock_lost_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cause {

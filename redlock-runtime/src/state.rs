@@ -49,7 +49,7 @@ impl LockState {
         if let Some(turn) = turn {
             let mut slot = state.turn.lock().unwrap_or_else(|e| e.into_inner());
             let holder: Weak<dyn Holder> = Arc::downgrade(&state) as Weak<LockState>;
-            slot.insert(turn).set_holder(Some(holder));
+            slot.insert(turn).set_holder(holder);
         }
         state
     }

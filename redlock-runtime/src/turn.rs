@@ -142,6 +142,10 @@ impl Turns {
                     }
                 }
             }
+        } else if let Ok(guard) = turnstile.turn.clone().try_lock_owned() {
+            // Free, and nobody in line (the fair mutex gives a released turn to the
+            // first waiter, never to a try): no timer, no count of waiters.
+            Some(guard)
         } else {
             let _waiting = Waiting::count(&turnstile, label);
             tokio::time::timeout_at(deadline, wait_for_turn(&turnstile))
@@ -185,7 +189,7 @@ async fn wait_for_turn(entry: &Entry) -> OwnedMutexGuard<()> {
     // once, forever, while its release is still on its way to Redis.
     let mut seen_gone: Option<Weak<dyn Holder>> = None;
     loop {
-        if duty.is_none() && !entry.watched.swap(true, Ordering::AcqRel) {
+        if duty.is_none() && !entry.watched.swap(true, Ordering::SeqCst) {
             duty = Some(WatchDuty(entry));
         }
         if duty.is_none() {
@@ -253,13 +257,24 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// The watching waiter's duty; leaving it (turn taken, or the wait dropped) passes it on.
+/// The watching waiter's duty; leaving it (turn taken, or the wait dropped) passes it
+/// on when there is a holder to watch; otherwise the next `set_holder` calls a waiter
+/// to it. (`watched` is written before `holder` is read here, and `holder` before
+/// `watched` is read there, both sequentially consistent: one of the two sees the other.)
 struct WatchDuty<'a>(&'a Entry);
 
 impl Drop for WatchDuty<'_> {
     fn drop(&mut self) {
-        self.0.watched.store(false, Ordering::Release);
-        self.0.watcher_left.notify_one();
+        self.0.watched.store(false, Ordering::SeqCst);
+        let holder = self
+            .0
+            .holder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if holder {
+            self.0.watcher_left.notify_one();
+        }
     }
 }
 
@@ -299,11 +314,26 @@ impl LocalTurn {
         })
     }
 
-    /// Records the lock this turn's holder took, for the waiters to watch.
-    pub(crate) fn set_holder(&self, state: Option<Weak<dyn Holder>>) {
+    /// Records the lock this turn's holder took, for the waiters to watch: wakes the
+    /// watching waiter, or calls one to the duty if none watches.
+    pub(crate) fn set_holder(&self, state: Weak<dyn Holder>) {
         if let Some(entry) = &self.entry {
-            *entry.holder.lock().unwrap_or_else(|e| e.into_inner()) = state;
+            *entry.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
             entry.holder_changed.notify_waiters();
+            if !entry.watched.load(Ordering::SeqCst) {
+                entry.watcher_left.notify_one();
+            }
+        }
+    }
+
+    /// Forgets the holder as the turn goes on. The watcher is not woken for that: the
+    /// next in line has no lease yet (its acquisition is bounded by its wait), and the
+    /// lock it takes is announced by `set_holder`. Until then the watcher may still
+    /// watch the lease that ended, which is harmless; waking it would be one more
+    /// task to run on every hand-off.
+    fn clear_holder(&self) {
+        if let Some(entry) = &self.entry {
+            *entry.holder.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 }
@@ -313,7 +343,7 @@ impl Drop for LocalTurn {
         // Pass the turn first, then forget the key if nobody else holds a handle to it:
         // every handle is cloned under the map's lock, so the count cannot grow meanwhile.
         if self.guard.is_some() {
-            self.set_holder(None);
+            self.clear_holder();
         }
         drop(self.guard.take());
         drop(self.entry.take());

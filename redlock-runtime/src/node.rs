@@ -275,8 +275,7 @@ impl Node {
         if let Some(quarantine_ms) = request.quarantine_ms {
             script.arg(quarantine_ms);
         }
-        let reply: Vec<Value> = script.invoke_async(connection).await?;
-        parse_attempt(reply)
+        parse_acquire_reply(script.invoke_async(connection).await?)
     }
 
     /// One run of the shares' acquire script (a read lock, a semaphore's permit).
@@ -583,6 +582,26 @@ async fn release_on(
     script.invoke_async(&mut connection).await
 }
 
+/// The acquire script's reply: the common success as a bare token, anything else as
+/// the array [`parse_attempt`] reads (see `scripts::ACQUIRE`).
+fn parse_acquire_reply(reply: Value) -> RedisResult<(Attempt, Boot)> {
+    match reply {
+        Value::Int(token) if token > 0 => Ok((
+            Attempt::Acquired {
+                token: token as u64,
+                handed_off: false,
+            },
+            Boot::Votes,
+        )),
+        Value::Array(reply) => parse_attempt(reply),
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected reply from the acquire script",
+            format!("{other:?}"),
+        ))),
+    }
+}
+
 fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
     let text = |value: &Value| match value {
         Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
@@ -804,6 +823,21 @@ mod tests {
         assert!(parse_attempt(vec![]).is_err());
         assert!(parse_attempt(vec![Value::Int(1)]).is_err());
         assert!(parse_attempt(vec![Value::Int(0), bulk("soon")]).is_err());
+        // The common success is the bare token; the array still parses; nothing else does.
+        let (attempt, boot) = parse_acquire_reply(Value::Int(1795404822378058)).unwrap();
+        assert!(matches!(
+            attempt,
+            Attempt::Acquired {
+                token: 1795404822378058,
+                handed_off: false
+            }
+        ));
+        assert_eq!(boot, Boot::Votes);
+        let (attempt, _) =
+            parse_acquire_reply(Value::Array(vec![Value::Int(0), Value::Int(9)])).unwrap();
+        assert!(matches!(attempt, Attempt::Busy { .. }));
+        assert!(parse_acquire_reply(Value::Int(0)).is_err());
+        assert!(parse_acquire_reply(bulk("1")).is_err());
     }
 
     #[test]

@@ -113,9 +113,10 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// release is published; a lock that nobody found busy is released without a message.
 ///
 /// Returns `{1, token, handed_off, boot}` when acquired (`handed_off` = 1 if the
-/// previous owner's lock was found and deleted), `{0, pttl, boot}` when held by another owner or
-/// reserved for another waiter, `{-1, type, boot}` when the key holds something redlock
-/// did not write. `boot`: 0 the master may vote; 2 its quarantine runs and its data may
+/// previous owner's lock was found and deleted) — just `token`, an integer, when both
+/// others are 0: the common reply, the cheapest for the client to read — `{0, pttl,
+/// boot}` when held by another owner or reserved for another waiter, `{-1, type, boot}`
+/// when the key holds something redlock did not write. `boot`: 0 the master may vote; 2 its quarantine runs and its data may
 /// be stale (another process's marker: a restart from a snapshot, a promoted replica);
 /// or, when its quarantine runs and it had no marker at all (a fresh master, or one
 /// that lost everything), its process's `run_id`, for the client to adopt it only if
@@ -197,6 +198,10 @@ if acquired then
     -- be sooner than the lease they were told (tests/model.rs found them asleep on a
     -- free key otherwise).
     redis.call(ARGV[7], {channel}, 'T:' .. ARGV[2])
+  end
+  if handed_off == 0 and boot == 0 then
+    -- The common case, as one integer: a reply the client reads without an array.
+    return token
   end
   return {{1, token, handed_off, boot}}
 end

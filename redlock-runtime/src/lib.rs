@@ -121,6 +121,14 @@
 //! # Runtime
 //! A client's connections and its watchdog live in the tokio runtime that created it.
 //!
+//! # Tracing
+//! Through [`tracing`](https://docs.rs/tracing): a `redlock.acquire` span per acquisition
+//! and events for releases, extensions and retries at DEBUG; a lost lock or a forced
+//! unlock at WARN. The target `redlock::timing` carries TRACE events marking the steps
+//! of an acquisition and of a hand-off (`turn_taken`, `script_sent`, `script_answered`,
+//! `baton_left`), for timing them (`scripts/bench.sh --trace-handoff` does); off unless
+//! a subscriber enables that target, they then cost a disabled call site.
+//!
 //! # Metrics
 //! With the feature `metrics`, the locks are measured through the [`metrics`](https://docs.rs/metrics) facade:
 //! whatever recorder the application installs (`metrics-exporter-prometheus`, a StatsD

@@ -63,7 +63,7 @@ per_cycle() {
                 d = (after[name] - before[name]) / cycles
                 if (d >= 50) printf "%10.0f  %s\n", d, substr(name, 1, 150)
             }
-        }' "$a" "$b" | sort -rn | head -"$limit"
+        }' "$a" "$b" | sort -rn | awk -v limit="$limit" 'NR <= limit'
 }
 
 {
@@ -76,7 +76,7 @@ per_cycle() {
         echo "## $lock: $c1 cycles / $i1 instructions in ${short} s; $c2 / $i2 in ${long} s"
         echo "## per cycle: $(( (i2 - i1) / cycles )) instructions (client, user space)"
         echo "### inclusive (callees included), instructions per cycle"
-        per_cycle "$work/$lock-$short.incl" "$work/$lock-$long.incl" "$cycles" 45
+        per_cycle "$work/$lock-$short.incl" "$work/$lock-$long.incl" "$cycles" 70
         echo "### self, instructions per cycle"
         per_cycle "$work/$lock-$short.self" "$work/$lock-$long.self" "$cycles" 30
     done

@@ -52,8 +52,9 @@ impl Bench {
             .find_map(|line| line.strip_prefix("redis_version:").map(str::to_owned))
             .unwrap_or_default();
         let header = format!(
-            "{} | {} | Redis {redis_version} on 127.0.0.1:{} | tokio {}",
+            "{} at {} | {} | Redis {redis_version} on 127.0.0.1:{} | tokio {}",
             system::now(),
+            system::commit(),
             system::machine(),
             server.port(),
             if options.current_thread {

@@ -95,6 +95,17 @@ pub fn now() -> String {
     run("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
 }
 
+/// The commit the benchmark was built from, `+` when the tree had changes (empty
+/// outside a git checkout).
+pub fn commit() -> String {
+    let commit = run("git", &["rev-parse", "--short", "HEAD"]);
+    if commit.is_empty() {
+        return commit;
+    }
+    let dirty = !run("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    format!("{commit}{}", if dirty { "+" } else { "" })
+}
+
 fn run(program: &str, args: &[&str]) -> String {
     Command::new(program)
         .args(args)

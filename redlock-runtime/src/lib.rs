@@ -143,7 +143,7 @@
 //! | `redlock_renewals_total` | counter | `lock` | each lock a watchdog renewal kept |
 //! | `redlock_renewal_failures_total` | counter | `lock` | each lock a watchdog renewal did not keep: found gone, or no answer |
 //! | `redlock_handoffs_total` | counter | `lock` | locks passed to the next task of the same client without a release in Redis (see "How it works") |
-//! | `redlock_waiting` | gauge | `lock` | tasks of this process waiting for a lock: in line behind another task of their client, or for a holder elsewhere (or for Redis to answer) |
+//! | `redlock_waiting` | gauge | `lock` | tasks of this process waiting for a lock: in line behind another task of their client, or for a holder elsewhere (or for Redis to answer); a label's series appears once a task under it has waited (an acquisition that finds its turn free is not counted) |
 //!
 //! `lock` is a label with few values, never the key: every distinct label is a time
 //! series of its own. [`LockRequest::label`] sets it (`client.lock(key).label("order")`);

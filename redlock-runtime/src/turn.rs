@@ -243,7 +243,7 @@ struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     fn count(entry: &'a Entry, label: &Label) -> Self {
-        entry.waiting.fetch_add(1, Ordering::AcqRel);
+        entry.waiting.fetch_add(1, Ordering::SeqCst);
         Waiting {
             entry,
             _gauge: metrics::Waiting::start(label),
@@ -315,12 +315,16 @@ impl LocalTurn {
     }
 
     /// Records the lock this turn's holder took, for the waiters to watch: wakes the
-    /// watching waiter, or calls one to the duty if none watches.
+    /// watching waiter, or calls one to the duty if none watches and some wait. (A
+    /// waiter counted after `waiting` is read here reads the holder after this wrote
+    /// it — both under the holder's lock, `waiting` sequentially consistent — and
+    /// takes the duty itself if nobody has it; with nobody waiting, no wake-up permit
+    /// is left behind for a later waiter to wake on needlessly.)
     pub(crate) fn set_holder(&self, state: Weak<dyn Holder>) {
         if let Some(entry) = &self.entry {
             *entry.holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
             entry.holder_changed.notify_waiters();
-            if !entry.watched.load(Ordering::SeqCst) {
+            if entry.waiting.load(Ordering::SeqCst) > 0 && !entry.watched.load(Ordering::SeqCst) {
                 entry.watcher_left.notify_one();
             }
         }

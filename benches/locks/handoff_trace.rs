@@ -22,7 +22,6 @@
 //! Its own process (like `--profile`): the subscriber is the global default, which
 //! cannot be removed, and must not be in place while other scenarios run.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +32,7 @@ use tracing::{Event, Metadata, Subscriber, span};
 
 use crate::context::{BLOCK_LEN, Bench, HOLD, WAITERS};
 use crate::handoff;
+use crate::redis_time::command_stats;
 use crate::scenarios::{self, Stop};
 use crate::stats::{median, micros, number, quantile};
 use crate::system;
@@ -335,28 +335,4 @@ async fn script_durations(connection: &mut redis::aio::MultiplexedConnection) ->
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// Calls and microseconds of every command so far (`INFO commandstats`).
-async fn command_stats(
-    connection: &mut redis::aio::MultiplexedConnection,
-) -> HashMap<String, (f64, f64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(connection)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |key: &str| -> Option<f64> {
-                fields
-                    .split(',')
-                    .find_map(|field| field.strip_prefix(key))?
-                    .parse()
-                    .ok()
-            };
-            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
-        })
-        .collect()
 }

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::context::Bench;
+use crate::redis_time::info_field;
 use crate::scenarios;
 
 /// Cycles per block between two looks at the clock.
@@ -53,20 +54,10 @@ pub async fn run(bench: &Bench, seconds: f64) {
 
 /// Redis's count of bytes read from and written to its clients so far.
 async fn net_bytes(bench: &Bench) -> (f64, f64) {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut bench.ping.clone())
-        .await
-        .expect("INFO stats");
-    let field = |name: &str| -> f64 {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
+    let mut connection = bench.ping.clone();
     (
-        field("total_net_input_bytes:"),
-        field("total_net_output_bytes:"),
+        info_field(&mut connection, "stats", "total_net_input_bytes").await,
+        info_field(&mut connection, "stats", "total_net_output_bytes").await,
     )
 }
 

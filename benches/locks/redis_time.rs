@@ -2,6 +2,8 @@
 //! (`INFO commandstats`) and per command (`SLOWLOG` with a 0 µs threshold), for each
 //! lock. Redis is one thread, so its time per cycle bounds throughput.
 
+use std::collections::HashMap;
+
 use crate::contenders::Lock;
 use crate::context::{BLOCK_LEN, Bench};
 use crate::scenarios;
@@ -43,6 +45,18 @@ pub async fn command_usec(
     connection: &mut redis::aio::MultiplexedConnection,
     commands: &[&str],
 ) -> f64 {
+    command_stats(connection)
+        .await
+        .iter()
+        .filter(|(name, _)| commands.contains(&name.as_str()))
+        .map(|(_, (_, usec))| usec)
+        .sum()
+}
+
+/// Calls and microseconds of every command so far (`INFO commandstats`), by name.
+pub async fn command_stats(
+    connection: &mut redis::aio::MultiplexedConnection,
+) -> HashMap<String, (f64, f64)> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(connection)
@@ -51,15 +65,38 @@ pub async fn command_usec(
     info.lines()
         .filter_map(|line| {
             let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            if !commands.contains(&name) {
-                return None;
-            }
-            fields
-                .split(',')
-                .find_map(|field| field.strip_prefix("usec="))
-                .and_then(|usec| usec.parse::<f64>().ok())
+            let field = |key: &str| -> Option<f64> {
+                fields
+                    .split(',')
+                    .find_map(|field| field.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls=")?, field("usec=")?)))
         })
-        .sum()
+        .collect()
+}
+
+/// A numeric field of `INFO <section>` (0 when absent).
+pub async fn info_field(
+    connection: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(connection)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|line| {
+            line.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
 }
 
 /// How long Redis itself spends in each command of a cycle: every command goes to the

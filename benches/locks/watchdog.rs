@@ -173,20 +173,7 @@ pub async fn run(bench: &mut Bench, rtt: f64) {
 
 /// A field of `INFO stats`.
 async fn server_stat(connection: &mut redis::aio::MultiplexedConnection, field: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(connection)
-        .await
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|line| {
-            line.strip_prefix(field)?
-                .strip_prefix(':')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
+    crate::redis_time::info_field(connection, "stats", field).await as u64
 }
 
 /// Calls of `command` so far (`INFO commandstats`).

@@ -394,4 +394,59 @@ mod tests {
         // Every turn given back: the key is forgotten.
         assert_eq!(turns.len(), 0);
     }
+
+    /// A holder whose lease has already run out: watching it passes its turn at once.
+    struct Expired(Mutex<Option<LocalTurn>>);
+
+    impl Holder for Expired {
+        fn gone(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(async {
+                self.pass_turn();
+            })
+        }
+        fn lease_ran_out(&self) -> bool {
+            true
+        }
+        fn pass_turn(&self) {
+            drop(self.0.lock().unwrap().take());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiter_is_called_to_the_watch_when_a_holder_comes_after_the_watcher_left() {
+        let turns = Arc::new(Turns::default());
+        let label = Label::unlabelled();
+        let first = turns
+            .take_turn("k", &label, Instant::now() + Duration::from_secs(5))
+            .await
+            .expect("a free key");
+        // The first waiter takes the watch, then gives up while there is no holder yet.
+        let quitter = tokio::spawn({
+            let turns = turns.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_millis(50);
+                turns.take_turn("k", &Label::unlabelled(), deadline).await
+            }
+        });
+        tokio::task::yield_now().await;
+        // The second waits behind it, not watching.
+        let patient = tokio::spawn({
+            let turns = turns.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                turns.take_turn("k", &Label::unlabelled(), deadline).await
+            }
+        });
+        assert!(quitter.await.unwrap().is_none());
+        // Now the turn's holder takes a lock whose lease has already run out: someone
+        // must watch it, or the patient waiter would wait out its 5 s.
+        let holder = Arc::new(Expired(Mutex::new(None)));
+        first.set_holder(Arc::downgrade(&holder) as Weak<dyn Holder>);
+        *holder.0.lock().unwrap() = Some(first);
+        let turn = tokio::time::timeout(Duration::from_secs(1), patient)
+            .await
+            .expect("nobody was called to watch the new holder")
+            .unwrap();
+        assert!(turn.is_some());
+    }
 }

@@ -152,13 +152,15 @@ impl Connection {
         self.companion(scripts::HOLDERS_PREFIX, key)
     }
 
+    /// The eviction marker of `key` (see `scripts::FORCE_UNLOCK`), in its slot.
+    pub(crate) fn forced_key(&self, key: &str) -> String {
+        self.companion(scripts::FORCED_PREFIX, key)
+    }
+
     /// A companion key of `key`: `prefix` + `key`, behind `{<slot tag>}` on a cluster
     /// (the same shape `scripts::companion_of` derives in Lua).
     fn companion(&self, prefix: &str, key: &str) -> String {
-        match self.slot_tag_for(key) {
-            None => [prefix, key].concat(),
-            Some(tag) => format!("{{{tag}}}{prefix}{key}"),
-        }
+        companion_key(self.slot_tag_for(key), prefix, key)
     }
 
     /// The string keys matching `pattern` (SCAN with `TYPE string`, never KEYS: the
@@ -348,9 +350,31 @@ fn base36(mut number: u64) -> String {
     String::from_utf8(text).unwrap_or_default()
 }
 
+/// `prefix` + `key`, behind `{tag}` when there is a slot tag: a companion key shares
+/// the lock's slot.
+fn companion_key(tag: Option<&str>, prefix: &str, key: &str) -> String {
+    match tag {
+        None => [prefix, key].concat(),
+        Some(tag) => format!("{{{tag}}}{prefix}{key}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_companion_key_shares_the_locks_hash_tag() {
+        // The marker shares the lock's hash tag, hence its cluster slot.
+        assert_eq!(
+            companion_key(Some("x1"), scripts::FORCED_PREFIX, "a:redlock:waitlist:b"),
+            "{x1}redlock:forced:a:redlock:waitlist:b"
+        );
+        assert_eq!(
+            companion_key(None, scripts::FORCED_PREFIX, "order:1"),
+            "redlock:forced:order:1"
+        );
+    }
 
     #[test]
     fn slots_follow_the_cluster_spec() {

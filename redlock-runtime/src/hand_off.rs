@@ -105,18 +105,18 @@ impl BatonSlot {
     /// takes it back.
     pub(crate) async fn outcome(&self, pending: Pending) -> HandOffOutcome {
         let Pending { mut outcome } = pending;
-        if let Ok(settled) = tokio::time::timeout(PICK_UP_LIMIT, &mut outcome).await {
-            return match settled {
-                Ok(released) => HandOffOutcome::Done { released },
-                Err(_) => HandOffOutcome::Vanished,
-            };
-        }
-        let reclaimed = self.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if reclaimed.is_some() {
-            return HandOffOutcome::NotTaken;
-        }
-        // Picked up, its script still under way.
-        match outcome.await {
+        let settled = match tokio::time::timeout(PICK_UP_LIMIT, &mut outcome).await {
+            Ok(settled) => settled,
+            Err(_) => {
+                let reclaimed = self.baton.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if reclaimed.is_some() {
+                    return HandOffOutcome::NotTaken;
+                }
+                // Picked up, its script still under way.
+                outcome.await
+            }
+        };
+        match settled {
             Ok(released) => HandOffOutcome::Done { released },
             Err(_) => HandOffOutcome::Vanished,
         }

@@ -334,12 +334,6 @@ impl Node {
         .map(Verdict::of_reply)
     }
 
-    /// The eviction marker of `key` (see `scripts::FORCE_UNLOCK`), in its slot.
-    fn forced_key(&self, key: &str) -> String {
-        let [waitlist, _] = self.connection.waitlist_keys(key);
-        scripts::forced_key(&waitlist)
-    }
-
     /// Takes a waiter that gave up off `key`'s waitlist (passing on a reservation
     /// made for it meanwhile).
     pub(crate) async fn leave_waitlist(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
@@ -383,7 +377,7 @@ impl Node {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
-            let forced = scripts::forced_key(&waitlist);
+            let forced = self.connection.forced_key(key);
             let channel = self.connection.release_channel(key);
             let publish = self.connection.publish_command();
             let reservation_ms = self.waitlist.reservation_ms;
@@ -424,7 +418,7 @@ impl Node {
     ) -> RedisResult<Verdict> {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
-            let forced = self.forced_key(key);
+            let forced = self.connection.forced_key(key);
             let holders = self.connection.holders_key(key);
             async move {
                 scripts::EXTEND
@@ -528,7 +522,7 @@ impl Node {
                 .arg(scripts::EXTEND.get_hash())
                 .arg(3)
                 .arg(*key)
-                .arg(self.forced_key(key))
+                .arg(self.connection.forced_key(key))
                 .arg(self.connection.holders_key(key))
                 .arg(*owner)
                 .arg(lease_ms);
@@ -562,7 +556,7 @@ async fn release_on(
     if connection.is_cluster() {
         // Every key declared on a cluster (see `scripts::ACQUIRE`).
         let [waitlist, expiries] = connection.waitlist_keys(key);
-        let forced = scripts::forced_key(&waitlist);
+        let forced = connection.forced_key(key);
         script
             .key(waitlist)
             .key(expiries)
@@ -849,15 +843,6 @@ mod tests {
         // The eviction marker named this owner.
         assert_eq!(Verdict::of_reply(-1), Verdict::Evicted);
         assert!(Verdict::Ours.is_ours() && !Verdict::Evicted.is_ours());
-        // The marker shares the lock's hash tag, hence its cluster slot.
-        assert_eq!(
-            scripts::forced_key("{x1}redlock:waitlist:a:redlock:waitlist:b"),
-            "{x1}redlock:forced:a:redlock:waitlist:b"
-        );
-        assert_eq!(
-            scripts::forced_key("redlock:waitlist:order:1"),
-            "redlock:forced:order:1"
-        );
     }
 
     #[test]

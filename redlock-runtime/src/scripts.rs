@@ -727,12 +727,6 @@ local function is_lock(value)
 end
 "#;
 
-/// The eviction marker of a lock whose waitlist key is `waitlist` (same hash tag, so
-/// the same cluster slot as the lock key).
-pub(crate) fn forced_key(waitlist: &str) -> String {
-    waitlist.replacen(WAITLIST_PREFIX, FORCED_PREFIX, 1)
-}
-
 /// KEYS: fence counter, restart marker, lock (or the marker again when no owner is
 /// given). ARGV: token, the `run_id` of the process to adopt (end its quarantine, if
 /// it is still the one running and started blank: see `Boot::Blank`), or empty; the

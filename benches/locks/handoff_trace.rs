@@ -32,7 +32,7 @@ use tracing::{Event, Metadata, Subscriber, span};
 
 use crate::context::{BLOCK_LEN, Bench, HOLD, WAITERS};
 use crate::handoff;
-use crate::redis_time::command_stats;
+use crate::redis_time::{command_stats, slowlog_by_command, slowlog_everything};
 use crate::scenarios::{self, Stop};
 use crate::stats::{median, micros, number, quantile};
 use crate::system;
@@ -168,17 +168,7 @@ pub async fn run(bench: &mut Bench) {
         let key = format!("bench:trace-handoff:{waiters}");
         stamps.lock().unwrap().clear();
         let stats_before = command_stats(&mut bench.ping).await;
-        slowlog(
-            &mut bench.ping,
-            &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
-        )
-        .await;
-        slowlog(
-            &mut bench.ping,
-            &["CONFIG", "SET", "slowlog-max-len", "100000"],
-        )
-        .await;
-        slowlog(&mut bench.ping, &["SLOWLOG", "RESET"]).await;
+        slowlog_everything(&mut bench.ping).await;
         let cpu_before = system::cpu_seconds();
         let run = scenarios::contend(
             std::slice::from_ref(&bench.redlock),
@@ -189,12 +179,15 @@ pub async fn run(bench: &mut Bench) {
         )
         .await;
         let cpu = system::cpu_seconds() - cpu_before;
-        let durations = script_durations(&mut bench.ping).await;
-        slowlog(
-            &mut bench.ping,
-            &["CONFIG", "SET", "slowlog-log-slower-than", "10000"],
-        )
-        .await;
+        let durations: Vec<String> = slowlog_by_command(&mut bench.ping)
+            .await
+            .iter()
+            .filter(|(_, times)| times.len() >= 10)
+            .map(|(name, times)| {
+                format!("{name} {}× p50 {} µs", times.len(), number(median(times)))
+            })
+            .collect();
+        let durations = durations.join("; ");
         let stats = command_stats(&mut bench.ping).await;
         let delta = |name: &str| -> (f64, f64) {
             let (calls, usec) = stats.get(name).copied().unwrap_or_default();
@@ -280,59 +273,6 @@ pub async fn run(bench: &mut Bench) {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        println!("        EVALSHA by arguments (SLOWLOG, threshold 0): {durations}");
+        println!("        Redis µs per command (SLOWLOG, threshold 0): {durations}");
     }
-}
-
-async fn slowlog(connection: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
-    let _: redis::Value = redis::cmd(args[0])
-        .arg(&args[1..])
-        .query_async(connection)
-        .await
-        .expect("CONFIG / SLOWLOG");
-}
-
-/// The EVALSHA calls of the run, by number of arguments (the acquire with a baton has
-/// its previous owner's token; a release has fewer): count and median µs.
-async fn script_durations(connection: &mut redis::aio::MultiplexedConnection) -> String {
-    let entries: Vec<(i64, i64, i64, Vec<String>)> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(100000)
-        .query_async::<Vec<redis::Value>>(connection)
-        .await
-        .expect("SLOWLOG GET")
-        .into_iter()
-        .filter_map(|entry| {
-            let redis::Value::Array(fields) = entry else {
-                return None;
-            };
-            let duration: i64 = redis::from_redis_value(fields.get(2)?.clone()).ok()?;
-            let args: Vec<String> = redis::from_redis_value(fields.get(3)?.clone()).ok()?;
-            Some((0, 0, duration, args))
-        })
-        .collect();
-    let mut by_shape: std::collections::BTreeMap<(String, usize), Vec<f64>> = Default::default();
-    for (_, _, duration, args) in &entries {
-        let name = args.first().cloned().unwrap_or_default().to_lowercase();
-        let sha = args
-            .get(1)
-            .map(|s| s.chars().take(6).collect::<String>())
-            .unwrap_or_default();
-        by_shape
-            .entry((format!("{name} {sha}"), args.len()))
-            .or_default()
-            .push(*duration as f64);
-    }
-    by_shape
-        .iter()
-        .filter(|(_, values)| values.len() >= 10)
-        .map(|((name, len), values)| {
-            format!(
-                "{name}/{len} args {}× p50 {} µs",
-                values.len(),
-                number(median(values))
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }

@@ -2,7 +2,7 @@
 //! (`INFO commandstats`) and per command (`SLOWLOG` with a 0 µs threshold), for each
 //! lock. Redis is one thread, so its time per cycle bounds throughput.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::contenders::Lock;
 use crate::context::{BLOCK_LEN, Bench};
@@ -107,69 +107,11 @@ async fn command_durations(
     rslock: &Lock,
     n: usize,
 ) -> String {
-    async fn config(connection: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
-        let _: redis::Value = redis::cmd(args[0])
-            .arg(&args[1..])
-            .query_async(connection)
-            .await
-            .expect("SLOWLOG/CONFIG");
-    }
     let mut parts = Vec::new();
     for lock in [redlock, rslock] {
-        config(connection, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
-        config(
-            connection,
-            &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
-        )
-        .await;
-        config(connection, &["SLOWLOG", "RESET"]).await;
+        slowlog_everything(connection).await;
         scenarios::cycle_block(lock, &format!("bench:slowlog:{}", lock.name()), n).await;
-        config(
-            connection,
-            &["CONFIG", "SET", "slowlog-log-slower-than", "10000"],
-        )
-        .await;
-        let entries: redis::Value = redis::cmd("SLOWLOG")
-            .arg("GET")
-            .arg(-1)
-            .query_async(connection)
-            .await
-            .expect("SLOWLOG GET");
-        config(connection, &["SLOWLOG", "RESET"]).await;
-        let mut by_command: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-        let text = |v: &redis::Value| match v {
-            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            redis::Value::SimpleString(s) => s.clone(),
-            other => format!("{other:?}"),
-        };
-        if let redis::Value::Array(entries) = entries {
-            for entry in entries {
-                let redis::Value::Array(fields) = entry else {
-                    continue;
-                };
-                let (Some(redis::Value::Int(micros)), Some(redis::Value::Array(args))) =
-                    (fields.get(2), fields.get(3))
-                else {
-                    continue;
-                };
-                let name = args
-                    .first()
-                    .map(text)
-                    .unwrap_or_default()
-                    .to_ascii_uppercase();
-                if name == "CONFIG" || name == "SLOWLOG" {
-                    continue;
-                }
-                // EVALSHA <sha> <numkeys>: tell the scripts apart by key and argument count.
-                let label = if name == "EVALSHA" {
-                    let keys = args.get(2).map(text).unwrap_or_default();
-                    format!("EVALSHA({keys} keys, {} args)", args.len() - 3)
-                } else {
-                    name
-                };
-                by_command.entry(label).or_default().push(*micros as f64);
-            }
-        }
+        let by_command = slowlog_by_command(connection).await;
         parts.push(format!(
             "{}: {}",
             lock.name(),
@@ -185,4 +127,80 @@ async fn command_durations(
         ));
     }
     parts.join("; ")
+}
+
+/// From now on every command goes to the SLOWLOG (threshold 0), which starts empty.
+pub async fn slowlog_everything(connection: &mut redis::aio::MultiplexedConnection) {
+    admin(connection, &["CONFIG", "SET", "slowlog-max-len", "100000"]).await;
+    admin(
+        connection,
+        &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
+    )
+    .await;
+    admin(connection, &["SLOWLOG", "RESET"]).await;
+}
+
+/// The commands logged since [`slowlog_everything`], their µs by command (`EVALSHA`
+/// told apart by key and argument count: one script from another); then the SLOWLOG
+/// is emptied and back at its default threshold.
+pub async fn slowlog_by_command(
+    connection: &mut redis::aio::MultiplexedConnection,
+) -> BTreeMap<String, Vec<f64>> {
+    admin(
+        connection,
+        &["CONFIG", "SET", "slowlog-log-slower-than", "10000"],
+    )
+    .await;
+    let entries: redis::Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(connection)
+        .await
+        .expect("SLOWLOG GET");
+    admin(connection, &["SLOWLOG", "RESET"]).await;
+    let mut by_command: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    let redis::Value::Array(entries) = entries else {
+        return by_command;
+    };
+    for entry in entries {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let (Some(redis::Value::Int(micros)), Some(redis::Value::Array(args))) =
+            (fields.get(2), fields.get(3))
+        else {
+            continue;
+        };
+        let name = args
+            .first()
+            .map(text)
+            .unwrap_or_default()
+            .to_ascii_uppercase();
+        if name == "CONFIG" || name == "SLOWLOG" {
+            continue;
+        }
+        // EVALSHA <sha> <numkeys>: tell the scripts apart by key and argument count.
+        let label = if name == "EVALSHA" {
+            let keys = args.get(2).map(text).unwrap_or_default();
+            format!("EVALSHA({keys} keys, {} args)", args.len() - 3)
+        } else {
+            name
+        };
+        by_command.entry(label).or_default().push(*micros as f64);
+    }
+    by_command
+}
+
+/// A CONFIG or SLOWLOG command, whose reply is not needed.
+async fn admin(connection: &mut redis::aio::MultiplexedConnection, args: &[&str]) {
+    let _: redis::Value = redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(connection)
+        .await
+        .expect("SLOWLOG/CONFIG");
 }

@@ -131,27 +131,19 @@ async fn a_waiter_that_gives_up_passes_the_watch_over_a_stuck_holder_on() {
         .await
         .unwrap();
     // The first waiter watches the holder's lease on behalf of all, then gives up.
-    let first = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("stuck-watch")
-                .wait(Duration::from_millis(100))
-                .acquire()
-                .await
-        }
-    });
+    let first = tokio::spawn(
+        client
+            .lock("stuck-watch")
+            .wait(Duration::from_millis(100))
+            .acquire(),
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let second = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("stuck-watch")
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-        }
-    });
+    let second = tokio::spawn(
+        client
+            .lock("stuck-watch")
+            .wait(Duration::from_secs(5))
+            .acquire(),
+    );
     assert!(first.await.unwrap().unwrap_err().is_timeout());
     let next = second
         .await
@@ -174,28 +166,20 @@ async fn a_lock_handed_off_is_watched_by_its_own_lease() {
         .unwrap();
     // Lines up first (so it watches the first holder), then takes the lock by a
     // hand-off with a short lease, and gets stuck holding it.
-    let taker = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("handed-watch")
-                .wait(Duration::from_secs(5))
-                .lease(Duration::from_millis(300))
-                .acquire()
-                .await
-        }
-    });
+    let taker = tokio::spawn(
+        client
+            .lock("handed-watch")
+            .wait(Duration::from_secs(5))
+            .lease(Duration::from_millis(300))
+            .acquire(),
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let last = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .lock("handed-watch")
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-        }
-    });
+    let last = tokio::spawn(
+        client
+            .lock("handed-watch")
+            .wait(Duration::from_secs(5))
+            .acquire(),
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
     first.release().await.unwrap();
     let stuck = taker.await.unwrap().unwrap();

@@ -212,6 +212,7 @@ fn masters_with_credentials() -> [RedisServer; 3] {
         RedisServer::start(),
     ];
     for master in &masters {
+        master.vouch_for_its_data();
         add_acl_user(master);
         require_password(master);
     }

@@ -202,6 +202,9 @@ async fn redlock_tokens_keep_increasing_when_masters_restart_from_snapshots() {
     let mut masters: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_persistent(&STOCK_SAVE_POINTS))
         .collect();
+    for master in &masters {
+        master.vouch_for_its_data();
+    }
     // A master restarted less than `max_lease` ago has forgotten locks that may still
     // be held, so its vote does not count until then; leases, the watchdog's too, stay
     // within it. Short, so that a restarted master is back within a lock's wait.

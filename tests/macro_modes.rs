@@ -65,7 +65,9 @@ async fn on_one_server() {
 
 #[tokio::test]
 async fn on_redlock_masters() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     exercise(
         LockClient::redlock(masters.iter().map(RedisServer::url))
             .await

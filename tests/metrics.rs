@@ -421,7 +421,9 @@ async fn every_force_unlock_is_told_apart(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_unlocks_are_told_apart_with_redlock_and_on_a_cluster() {
     record();
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let redlock = || {
         LockClient::builder_for(masters.iter().map(RedisServer::url))
             .renew_every(Duration::from_millis(100))

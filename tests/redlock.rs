@@ -3,11 +3,11 @@
 //!
 //! A master that may have lost data (its restart marker is missing or names another
 //! Redis process) does not vote until the client's `max_lease` has passed since that
-//! was noticed, unless every master answers and none has served redlock yet (a fresh
-//! deployment). These tests
-//! start fresh masters, so each takes one lock with every master up
-//! ([`lock_once_with_all_up`]) before killing any: otherwise the survivors would sit
-//! out their quarantine and the test would measure that instead of its subject.
+//! was noticed — a master redlock never used included, since it looks the same. Most
+//! tests start masters vouched for ([`RedisServer::start_redlock_master`]: a marker as a
+//! deployment in use has it), so that they measure their subject rather than that
+//! quarantine; `a_first_deployment_costs_max_lease_once` and
+//! `a_rolling_restart_of_every_master_admits_no_second_holder` start from blank ones.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +18,9 @@ use redlock_runtime::{LockClient, LockError};
 use redlock_testkit::RedisServer;
 
 fn five_masters() -> Vec<RedisServer> {
-    (0..5).map(|_| RedisServer::start()).collect()
+    (0..5)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect()
 }
 
 async fn redlock(masters: &[RedisServer]) -> LockClient {
@@ -30,9 +32,8 @@ async fn redlock(masters: &[RedisServer]) -> LockClient {
         .expect("connect to the masters")
 }
 
-/// One lock and release with every master up and answering: the fresh-deployment
-/// exception applies, and afterwards the masters count as having served redlock, so
-/// killing a minority later leaves the others voting.
+/// One lock and release with every master up and answering, before a test kills any:
+/// the client's connections to every master are up and its scripts loaded.
 async fn lock_once_with_all_up(client: &LockClient) {
     let guard = client
         .lock("warm-up")
@@ -40,7 +41,7 @@ async fn lock_once_with_all_up(client: &LockClient) {
         .lease(Duration::from_secs(1))
         .acquire()
         .await
-        .expect("a lock with every master of a fresh deployment up");
+        .expect("a lock with every master up");
     guard.release().await.unwrap();
 }
 
@@ -126,7 +127,7 @@ async fn two_masters_down_still_lock() {
 async fn three_masters_down_is_no_quorum_within_the_wait() {
     let mut masters = five_masters();
     let client = redlock(&masters).await;
-    // Not a fresh deployment any more: the two survivors vote, and `reached` is 2.
+    // The two survivors vote (their markers are old), and `reached` is 2.
     lock_once_with_all_up(&client).await;
     for index in [1, 2, 4] {
         masters[index].kill();
@@ -255,7 +256,6 @@ async fn a_master_restarted_empty_does_not_vote_until_max_lease_has_passed() {
     };
     let a = client().await;
     let b = client().await;
-    // Every master serves redlock once, so the deployment is no longer fresh.
     lock_once_with_all_up(&a).await;
 
     masters[3].kill();
@@ -537,7 +537,9 @@ async fn a_waiter_is_not_held_up_by_a_hung_master() {
 async fn nothing_keeps_a_key_longer_than_max_lease() {
     // A restarted master sits out `max_lease`; a lock that could outlive it by an
     // extension or a minimum hold would be forgotten while still running.
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let client = LockClient::builder_for(masters.iter().map(RedisServer::url))
         .max_lease(Duration::from_secs(5))
         .watchdog_lease(Duration::from_secs(2))
@@ -696,4 +698,142 @@ async fn a_master_that_lost_its_data_without_a_restart_does_not_vote_at_once() {
         "B locked through masters that had just lost A's lock"
     );
     drop(guard);
+}
+
+/// Three masters that redlock has never used (no restart marker).
+fn three_blank_masters() -> Vec<RedisServer> {
+    (0..3).map(|_| RedisServer::start()).collect()
+}
+
+async fn client_with_max_lease(masters: &[RedisServer], max_lease: Duration) -> LockClient {
+    LockClient::builder_for(masters.iter().map(RedisServer::url))
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(500))
+        .max_lease(max_lease)
+        .watchdog_lease(max_lease)
+        .renew_every(max_lease / 3)
+        .connect()
+        .await
+        .expect("connect to the masters")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_every_master_admits_no_second_holder() {
+    // Issue 24, item 1: masters already in use, without persistence; A holds `k`; the
+    // masters are upgraded one at a time, 300 ms apart (never more than one down), with
+    // no lock traffic between. Every master then answers "no marker", as a first
+    // deployment would: a new client B must not take that for one while A's lease runs.
+    const MAX_LEASE: Duration = Duration::from_secs(10);
+    const LEASE: Duration = Duration::from_secs(8);
+    let mut masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
+    let a = client_with_max_lease(&masters, MAX_LEASE).await;
+    let held = a.lock("k").lease(LEASE).acquire().await.expect("A locks k");
+    let lease_ends = Instant::now() + LEASE;
+    for master in &mut masters {
+        master.restart();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let restarts_done = Instant::now();
+    for master in &masters {
+        assert_eq!(
+            master.cli(&["EXISTS", "k", "redlock:boot"]).trim(),
+            "0",
+            "a master kept data across its restart without persistence"
+        );
+    }
+
+    // B, a new client, tries every 200 ms for as long as A's lease runs.
+    let b = client_with_max_lease(&masters, MAX_LEASE).await;
+    let mut attempts = 0;
+    while Instant::now() + Duration::from_millis(300) < lease_ends {
+        match b.lock("k").lease(LEASE).acquire().await {
+            Ok(stolen) => panic!(
+                "B took k (token {}) {:?} after the rolling restart, while A's lease \
+                 had {:?} to run",
+                stolen.fencing_token(),
+                restarts_done.elapsed(),
+                lease_ends.saturating_duration_since(Instant::now())
+            ),
+            Err(error) => {
+                assert!(
+                    matches!(error, LockError::NoQuorum { reached: 0, .. }),
+                    "every master is in quarantine: {error:?}"
+                );
+                attempts += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(attempts >= 10, "only {attempts} attempts during A's lease");
+
+    // Availability comes back once any lock the masters forgot could have ended:
+    // max_lease after B first found them blank.
+    let next = b
+        .lock("k")
+        .wait(MAX_LEASE)
+        .lease(LEASE)
+        .acquire()
+        .await
+        .expect("B never got k after the quarantine");
+    assert!(
+        Instant::now() >= lease_ends,
+        "B got k before A's lease ended"
+    );
+    assert!(
+        next.fencing_token() > held.fencing_token(),
+        "fencing went backwards"
+    );
+    next.release().await.unwrap();
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_first_deployment_costs_max_lease_once() {
+    // A master never used looks like one that forgot everything: the first
+    // acquisitions on blank masters answer NoQuorum until max_lease has passed since
+    // the first of them; then every client, new ones included, locks at once.
+    const MAX_LEASE: Duration = Duration::from_secs(2);
+    let masters = three_blank_masters();
+    let first = client_with_max_lease(&masters, MAX_LEASE).await;
+    let started = Instant::now();
+    let error = first
+        .lock("first")
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect_err("a blank deployment voted at once");
+    assert!(
+        matches!(
+            error,
+            LockError::NoQuorum {
+                reached: 0,
+                needed: 2,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let guard = first
+        .lock("first")
+        .wait(MAX_LEASE + Duration::from_secs(3))
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("the deployment never voted");
+    assert!(
+        started.elapsed() >= MAX_LEASE - Duration::from_millis(50),
+        "voted {:?} after the first attempt, before max_lease",
+        started.elapsed()
+    );
+    guard.release().await.unwrap();
+    let newcomer = client_with_max_lease(&masters, MAX_LEASE).await;
+    let guard = newcomer
+        .lock("first")
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("a new client of a deployment past its quarantine locks at once");
+    guard.release().await.unwrap();
 }

@@ -304,7 +304,9 @@ async fn an_acquire_dropped_during_the_replica_confirmation_leaves_no_lock() {
 /// acquires dropped after random delays, each followed by a look at every master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redlock_acquire_dropped_at_any_point_leaves_no_lock_on_any_master() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let client = LockClient::builder_for(masters.iter().map(RedisServer::url))
         .connect()
         .await

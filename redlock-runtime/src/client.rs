@@ -507,11 +507,14 @@ impl LockClientBuilder {
     /// [`LockError::InvalidOptions`], and so are longer extensions and `hold_at_least`.
     /// A master that may have lost data (restarted, replaced by a promoted replica,
     /// flushed: its marker names another Redis process, or is gone) does not count
-    /// toward a majority until this long after a client noticed (unless every master
-    /// answers and none has ever held a lock: a fresh deployment), because it may have
+    /// toward a majority until this long after a client noticed, because it may have
     /// forgotten locks that are still running: this is RedLock's "delayed restart",
-    /// enforced by the client. Give every client of the same masters a value at least
-    /// as long as any lease any of them takes. Unused with one server.
+    /// enforced by the client. A master redlock has never used looks the same as one
+    /// that forgot everything, so a first deployment costs this long too: its first
+    /// acquisitions fail with [`LockError::NoQuorum`] until `max_lease` has passed
+    /// since the first of them. Give every client of the same masters a value at least
+    /// as long as any lease any of them takes, and no longer than needed. Unused with
+    /// one server.
     pub fn max_lease(mut self, lease: Duration) -> Self {
         self.config.max_lease = Some(lease);
         self

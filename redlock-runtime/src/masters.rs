@@ -306,18 +306,11 @@ impl Masters {
                 tally.record(index, reply);
             }
         }
-        if tally.all_blank() && tally.finished == self.nodes.len() {
-            // Every master says it never held a lock: a fresh deployment. Mark them all
-            // (not just this attempt's voters), in tasks of their own so that a caller
-            // giving up cannot leave some unmarked (and so out of the vote).
-            self.adopt_in_background(tally.run_ids());
-        }
         let won = match decision {
-            Decision::Won { voters, adopt } if sent_at.elapsed() < self.validity(lease) => {
+            Decision::Won { voters } if sent_at.elapsed() < self.validity(lease) => {
                 let fencing_token = voters.iter().map(|(_, token)| *token).max().unwrap_or(0);
-                let adopt = if adopt { tally.run_ids() } else { Vec::new() };
                 if self
-                    .write_back(key, owner, fencing_token, &voters, &adopt, limit)
+                    .write_back(key, owner, fencing_token, &voters, limit)
                     .await
                     && sent_at.elapsed() < self.validity(lease)
                 {
@@ -346,26 +339,20 @@ impl Masters {
         }
     }
 
-    /// Writes the chosen token back to the voters (and, for a fresh deployment, marks
-    /// them as vouching for their data); true once a majority has it.
+    /// Writes the chosen token back to the voters; true once a majority has it.
     async fn write_back(
         &self,
         key: &str,
         owner: &str,
         token: u64,
         voters: &[(usize, u64)],
-        adopt: &[(usize, String)],
         limit: Duration,
     ) -> bool {
         let raise = |index: usize| {
             let node = self.nodes[index].clone();
             let (key, owner) = (key.to_owned(), owner.to_owned());
-            let run_id = adopt
-                .iter()
-                .find(|(master, _)| *master == index)
-                .map(|(_, run_id)| run_id.clone());
             async move {
-                let raised = node.raise_fence(&key, token, Some(&owner), run_id.as_deref());
+                let raised = node.raise_fence(&key, token, &owner);
                 matches!(tokio::time::timeout(limit, raised).await, Ok(Ok(())))
             }
         };
@@ -403,21 +390,6 @@ impl Masters {
                     "redlock: a master restarted or may have lost data; it does not count toward a majority until max_lease has passed"
                 );
             }
-        }
-    }
-
-    /// Marks each master as vouching for its data, if it still runs the process with
-    /// the given `run_id`.
-    fn adopt_in_background(&self, run_ids: Vec<(usize, String)>) {
-        for (index, run_id) in run_ids {
-            let node = self.nodes[index].clone();
-            let limit = self.response_timeout;
-            tokio::spawn(async move {
-                let adopted = node.raise_fence("", 0, None, Some(&run_id));
-                if let Ok(Err(error)) = tokio::time::timeout(limit, adopted).await {
-                    tracing::debug!(%error, node = %node.url, "redlock: could not mark a fresh master");
-                }
-            });
         }
     }
 
@@ -822,11 +794,9 @@ impl MajorityCount {
 /// What one acquisition attempt's answers decided.
 #[derive(Debug, PartialEq, Eq)]
 enum Decision {
-    /// A majority of voters granted it: `(master, its token)`; `adopt` for a fresh
-    /// deployment, whose masters are then marked as vouching for their data.
+    /// A majority of voters granted it: `(master, its token)`.
     Won {
         voters: Vec<(usize, u64)>,
-        adopt: bool,
     },
     Lost,
 }
@@ -860,7 +830,7 @@ impl Tally {
         let Some((attempt, boot)) = reply else {
             return;
         };
-        self.answers.push((index, boot.clone()));
+        self.answers.push((index, boot));
         match attempt {
             Attempt::Acquired { token, .. } => self.granted.push((index, token, boot)),
             Attempt::Busy { ttl, .. } => self.ttl = Some(self.ttl.map_or(ttl, |t| t.min(ttl))),
@@ -869,17 +839,6 @@ impl Tally {
             // client holds in shares is not a lock this attempt can take.
             Attempt::OtherShares { limit } => self.found = Some(format!("shared:{limit}")),
         }
-    }
-
-    /// The `run_id` of each blank master that answered.
-    fn run_ids(&self) -> Vec<(usize, String)> {
-        self.answers
-            .iter()
-            .filter_map(|(index, boot)| match boot {
-                Boot::Blank(run_id) => Some((*index, run_id.clone())),
-                _ => None,
-            })
-            .collect()
     }
 
     fn votes(&self) -> Vec<(usize, u64)> {
@@ -898,16 +857,7 @@ impl Tally {
             .iter()
             .filter(|(_, boot)| *boot == Boot::Votes)
             .count();
-        voting + outstanding >= quorum_of(self.masters) || self.all_blank()
-    }
-
-    /// Every answer so far says "blank": this may be a fresh deployment.
-    fn all_blank(&self) -> bool {
-        self.answers.len() == self.finished
-            && self
-                .answers
-                .iter()
-                .all(|(_, boot)| matches!(boot, Boot::Blank(_)))
+        voting + outstanding >= quorum_of(self.masters)
     }
 
     fn decision(&self) -> Option<Decision> {
@@ -915,26 +865,7 @@ impl Tally {
         let outstanding = self.masters - self.finished;
         let votes = self.votes();
         if votes.len() >= quorum {
-            return Some(Decision::Won {
-                voters: votes,
-                adopt: false,
-            });
-        }
-        if self.all_blank() {
-            // A fresh deployment needs every master's word that none holds any data.
-            if outstanding == 0 && self.granted.len() >= quorum {
-                return Some(Decision::Won {
-                    voters: self
-                        .granted
-                        .iter()
-                        .map(|(index, token, _)| (*index, *token))
-                        .collect(),
-                    adopt: true,
-                });
-            }
-            if self.granted.len() + outstanding >= quorum {
-                return None;
-            }
+            return Some(Decision::Won { voters: votes });
         }
         if votes.len() + outstanding >= quorum {
             return None;
@@ -949,14 +880,11 @@ impl Tally {
                 found: found.clone(),
             };
         }
-        let voting = if self.all_blank() && self.finished == self.masters {
-            self.answers.len()
-        } else {
-            self.answers
-                .iter()
-                .filter(|(_, boot)| *boot == Boot::Votes)
-                .count()
-        };
+        let voting = self
+            .answers
+            .iter()
+            .filter(|(_, boot)| *boot == Boot::Votes)
+            .count();
         // Decided early, the masters still to answer count as possible voters: the
         // key is contended, not out of reach.
         let outstanding = self.masters - self.finished;
@@ -972,10 +900,9 @@ impl Tally {
 
     /// The masters that answered, whether each may vote (for the warnings).
     fn voters(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
-        let fresh = self.all_blank() && self.finished == self.masters;
         self.answers
             .iter()
-            .map(move |(index, boot)| (*index, fresh || *boot == Boot::Votes))
+            .map(|(index, boot)| (*index, *boot == Boot::Votes))
     }
 }
 
@@ -1051,10 +978,6 @@ mod tests {
         reply.map(|(attempt, _)| (attempt, boot))
     }
 
-    fn blank() -> Boot {
-        Boot::Blank("run".into())
-    }
-
     fn held() -> Option<(Attempt, Boot)> {
         Some((
             Attempt::Busy {
@@ -1076,8 +999,7 @@ mod tests {
         assert_eq!(
             tally.decision(),
             Some(Decision::Won {
-                voters: vec![(0, 7), (1, 9), (3, 8)],
-                adopt: false
+                voters: vec![(0, 7), (1, 9), (3, 8)]
             })
         );
     }
@@ -1103,7 +1025,7 @@ mod tests {
         tally.record(0, held());
         tally.record(1, held());
         for index in 2..5 {
-            tally.record(index, with(blank(), granted(1)));
+            tally.record(index, with(Boot::Quarantined, granted(1)));
         }
         assert_eq!(tally.decision(), Some(Decision::Lost));
         // Only two masters may vote at all: out of reach until the quarantine ends.
@@ -1111,44 +1033,38 @@ mod tests {
         // Decided early, with masters still to answer, it is contention.
         let mut tally = Tally::new(5);
         tally.record(0, held());
-        tally.record(2, with(blank(), granted(1)));
-        tally.record(3, with(blank(), granted(1)));
+        tally.record(2, with(Boot::Quarantined, granted(1)));
+        tally.record(3, with(Boot::Quarantined, granted(1)));
         assert_eq!(tally.decision(), Some(Decision::Lost));
         assert!(matches!(
             tally.failure(3),
             Outcome::Busy { split: true, .. }
         ));
-        // Same with the two holders silent: the blank three are not a fresh deployment.
+        // Same with the two holders silent: three quarantined masters cannot make a
+        // majority with two still to answer.
         let mut tally = Tally::new(5);
         for index in 2..5 {
-            tally.record(index, with(blank(), granted(1)));
+            tally.record(index, with(Boot::Quarantined, granted(1)));
         }
-        assert_eq!(tally.decision(), None, "must wait for the others' word");
-        tally.record(0, None);
-        tally.record(1, None);
         assert_eq!(tally.decision(), Some(Decision::Lost));
         // A master restarted from a stale snapshot does not vote either.
         let mut tally = Tally::new(3);
         tally.record(0, granted(5));
-        tally.record(1, with(Boot::Restarted, granted(6)));
+        tally.record(1, with(Boot::Quarantined, granted(6)));
         tally.record(2, held());
         assert_eq!(tally.decision(), Some(Decision::Lost));
     }
 
     #[test]
-    fn a_fresh_deployment_votes_when_every_master_says_so() {
+    fn every_master_quarantined_is_no_majority_not_a_fresh_deployment() {
+        // A rolling restart of every master without persistence, or a first deployment:
+        // every master grants, none may vote (tests/redlock.rs replays the first).
         let mut tally = Tally::new(3);
-        tally.record(0, with(blank(), granted(5)));
-        tally.record(1, with(blank(), granted(6)));
-        assert_eq!(tally.decision(), None);
-        tally.record(2, with(blank(), granted(4)));
-        assert_eq!(
-            tally.decision(),
-            Some(Decision::Won {
-                voters: vec![(0, 5), (1, 6), (2, 4)],
-                adopt: true
-            })
-        );
+        tally.record(0, with(Boot::Quarantined, granted(5)));
+        tally.record(1, with(Boot::Quarantined, granted(6)));
+        assert_eq!(tally.decision(), Some(Decision::Lost));
+        tally.record(2, with(Boot::Quarantined, granted(4)));
+        assert!(matches!(tally.failure(2), Outcome::NoQuorum { reached: 0 }));
     }
 
     #[test]

@@ -66,19 +66,15 @@ impl Verdict {
 /// `scripts::ACQUIRE`): may its answer count toward a majority? A master is in
 /// quarantine from the moment a client finds its marker missing or naming another
 /// process, until `max_lease` has passed on its clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Boot {
     /// Its process has served its data for longer than the quarantine (or no check
     /// was asked for): it votes.
     Votes,
-    /// In quarantine, having started with no marker at all: a master that has never
-    /// served a lock, or one that lost everything. Votes only when every master of the
-    /// client answers so (a fresh deployment). Carries its process's `run_id`.
-    Blank(String),
-    /// In quarantine, having found another process's marker: restarted from a
-    /// snapshot or AOF, or a replica promoted behind the master's address; either may
-    /// miss recent locks. Does not vote.
-    Restarted,
+    /// In quarantine: restarted (empty, or from a snapshot or AOF), a replica promoted
+    /// behind the master's address, flushed, or never used by redlock before — any of
+    /// which may miss locks still running. Does not vote.
+    Quarantined,
 }
 
 /// A connection to one Redis server, shared by every lock of a client.
@@ -437,28 +433,14 @@ impl Node {
 
     /// Raises the fencing counter of `key` on this server to at least `token`, and
     /// writes `token` into `owner`'s lock there (RedLock: the token chosen from the
-    /// majority, so that every master names the token its holder was given); with
-    /// `adopt`, also marks the master's process as vouching for its data, if it is
-    /// still the process with that `run_id`.
-    pub(crate) async fn raise_fence(
-        &self,
-        key: &str,
-        token: u64,
-        owner: Option<&str>,
-        adopt: Option<&str>,
-    ) -> RedisResult<()> {
+    /// majority, so that every master names the token its holder was given).
+    pub(crate) async fn raise_fence(&self, key: &str, token: u64, owner: &str) -> RedisResult<()> {
         let mut connection = self.connection.clone();
         scripts::RAISE_FENCE
             .key(self.connection.fence_key(key).as_ref())
-            .key(scripts::BOOT_KEY)
-            .key(if owner.is_some() {
-                key
-            } else {
-                scripts::BOOT_KEY
-            })
+            .key(key)
             .arg(token)
-            .arg(adopt.unwrap_or(""))
-            .arg(owner.unwrap_or(""))
+            .arg(owner)
             .invoke_async(&mut connection)
             .await
     }
@@ -624,9 +606,8 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
         2
     };
     let boot = match reply.get(boot_at) {
-        Some(Value::Int(2)) => Boot::Restarted,
-        Some(Value::Int(_)) | None => Boot::Votes,
-        Some(run_id) => Boot::Blank(text(run_id)),
+        Some(Value::Int(2)) => Boot::Quarantined,
+        _ => Boot::Votes,
     };
     let attempt = match reply.first() {
         Some(Value::Int(1)) => {
@@ -806,11 +787,11 @@ mod tests {
         let (attempt, boot) =
             parse_attempt(vec![Value::Int(0), Value::Int(250), Value::Int(2)]).unwrap();
         assert!(matches!(attempt, Attempt::Busy { ttl, .. } if ttl == Duration::from_millis(250)));
-        assert_eq!(boot, Boot::Restarted);
+        assert_eq!(boot, Boot::Quarantined);
         let (attempt, boot) =
-            parse_attempt(vec![Value::Int(-1), bulk("list"), bulk("abc123")]).unwrap();
+            parse_attempt(vec![Value::Int(-1), bulk("list"), Value::Int(2)]).unwrap();
         assert!(matches!(attempt, Attempt::NotALock { found } if found == "list"));
-        assert_eq!(boot, Boot::Blank("abc123".into()));
+        assert_eq!(boot, Boot::Quarantined);
         // Replies of an older script (no restart status) still parse, as votes.
         let (_, boot) = parse_attempt(vec![Value::Int(0), Value::Int(5)]).unwrap();
         assert_eq!(boot, Boot::Votes);

@@ -116,18 +116,23 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// previous owner's lock was found and deleted) — just `token`, an integer, when both
 /// others are 0: the common reply, the cheapest for the client to read — `{0, pttl,
 /// boot}` when held by another owner or reserved for another waiter, `{-1, type, boot}`
-/// when the key holds something redlock did not write. `boot`: 0 the master may vote; 2 its quarantine runs and its data may
-/// be stale (another process's marker: a restart from a snapshot, a promoted replica);
-/// or, when its quarantine runs and it had no marker at all (a fresh master, or one
-/// that lost everything), its process's `run_id`, for the client to adopt it only if
-/// every master says the same and it is still that process.
+/// when the key holds something redlock did not write. `boot`: 0 the master may vote; 2
+/// its quarantine runs and it may have forgotten locks that are still running.
 ///
 /// The restart marker [`BOOT_KEY`] holds `<run_id>:<since µs>:<origin>`: the process
-/// that serves the data, since when (server clock) its quarantine runs (0: adopted as
-/// part of a fresh deployment), and whether it started `blank` or from `stale` data.
+/// that serves the data, since when (server clock) its quarantine runs (0: none, a
+/// marker written by hand for a deployment known to hold no lock), and whether it
+/// started `blank` (no marker at all) or from `stale` data (another process's marker).
 /// Whenever the marker does not name the running process — a restart, a promotion, a
 /// flush — the quarantine starts anew at that moment, so data lost without a restart
-/// is caught too, and each client compares it with its own `max_lease`.
+/// is caught too, and each client compares it with its own `max_lease`. A master with
+/// no marker is quarantined like any other: a fresh master and one that lost
+/// everything look the same from its data, its process and its uptime alike (a
+/// rolling restart of every master without persistence leaves them all blank and
+/// young while a lock runs), so no answer, not even every master's, may be taken for
+/// a fresh deployment. The cost is availability, once: a first deployment (or one
+/// that forgot everything) answers `NoQuorum` until `max_lease` has passed since a
+/// client first found it so.
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
@@ -148,7 +153,7 @@ if ARGV[9] and ARGV[9] ~= '' then
   end
   since = tonumber(since)
   if since ~= 0 and now_us - since <= tonumber(ARGV[9]) * 1000 then
-    if origin == 'blank' then boot = run_id else boot = 2 end
+    boot = 2
   end
 end
 local handed_off = 0
@@ -727,37 +732,27 @@ local function is_lock(value)
 end
 "#;
 
-/// KEYS: fence counter, restart marker, lock (or the marker again when no owner is
-/// given). ARGV: token, the `run_id` of the process to adopt (end its quarantine, if
-/// it is still the one running and started blank: see `Boot::Blank`), or empty; the
-/// owner whose lock takes the token, or empty. Raises the counter to the token if
+/// KEYS: fence counter, lock. ARGV: token, the owner whose lock takes the token.
+/// Raises the counter to the token if
 /// below it and writes the token into the owner's lock (RedLock: the token chosen
 /// from a majority is written back to it, on every master, so that each names the
 /// token its holder was given).
 pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-if ARGV[3] ~= '' then
-  local value = redis.pcall('GET', KEYS[3])
-  if {ours} then
-    local rest = string.match(value, '^%S+ %d+ (.*)$')
-    if rest then
-      redis.call('SET', KEYS[3], ARGV[3] .. ' ' .. ARGV[1] .. ' ' .. rest, 'KEEPTTL')
-    end
+local value = redis.pcall('GET', KEYS[2])
+if {ours} then
+  local rest = string.match(value, '^%S+ %d+ (.*)$')
+  if rest then
+    redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. ARGV[1] .. ' ' .. rest, 'KEEPTTL')
   end
 end
 local current = tonumber(redis.pcall('GET', KEYS[1])) or 0
 if current < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])
 end
-if ARGV[2] ~= '' and string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') == ARGV[2] then
-  local marker = redis.pcall('GET', KEYS[2])
-  if type(marker) == 'string' and string.match(marker, '^(%w+):%d+:blank$') == ARGV[2] then
-    redis.call('SET', KEYS[2], ARGV[2] .. ':0:blank')
-  end
-end
 return redis.status_reply('OK')
 "#,
-        ours = owned_by("value", "ARGV[3]"),
+        ours = owned_by("value", "ARGV[2]"),
     ))
 });

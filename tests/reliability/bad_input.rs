@@ -957,7 +957,11 @@ fn every_builder_setting_at_its_edges_errs_or_works() {
         .build()
         .unwrap();
     let single = std::sync::Arc::new(vec![RedisServer::start()]);
-    let masters = std::sync::Arc::new((0..3).map(|_| RedisServer::start()).collect::<Vec<_>>());
+    let masters = std::sync::Arc::new(
+        (0..3)
+            .map(|_| RedisServer::start_redlock_master())
+            .collect::<Vec<_>>(),
+    );
     let mut broken = Vec::new();
     runtime.block_on(async {
         // Independent cases run side by side (each on its own keys), a few at a time.
@@ -1047,7 +1051,9 @@ async fn keys_in_the_reserved_namespace_are_refused() {
         "redlock:",
     ];
     let single = vec![RedisServer::start()];
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     for servers in [&single, &masters] {
         let client = LockClient::builder_for(servers.iter().map(RedisServer::url))
             .connect()

@@ -17,7 +17,9 @@ const HOLDS: u32 = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn masters_lost_and_restarted_empty_under_contention() {
-    let mut masters: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let mut masters: Vec<RedisServer> = (0..5)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let store_server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();

@@ -114,6 +114,27 @@ impl RedisServer {
         })
     }
 
+    /// Starts a server to be a RedLock master of a deployment known to hold no lock:
+    /// see [`RedisServer::vouch_for_its_data`].
+    pub fn start_redlock_master() -> Self {
+        let server = Self::start();
+        server.vouch_for_its_data();
+        server
+    }
+
+    /// Writes the RedLock restart marker (`redlock:boot`) naming this server's running
+    /// process with no quarantine, as a deployment that has served redlock for longer
+    /// than `max_lease` has it. Without it a master redlock never used sits out
+    /// `max_lease` first (a first deployment cannot be told from one that forgot every
+    /// lock); tests whose subject is something else start past that.
+    pub fn vouch_for_its_data(&self) {
+        let run_id = self
+            .info_field("server", "run_id")
+            .expect("INFO server names the run_id");
+        let marker = format!("{run_id}:0:blank");
+        assert_eq!(self.cli(&["SET", "redlock:boot", &marker]).trim(), "OK");
+    }
+
     /// `redis://127.0.0.1:PORT/`
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)

@@ -413,8 +413,11 @@ if value and not reserved then
 end
 local rest = 0
 if not busy_for then
-  if not value then
-    -- Shares left from a key deleted by hand must not come back.
+  if not value or reserved then
+    -- Shares left from a key deleted by hand must not come back: a key that does not
+    -- hold `shared:` has no live share (a release that reserves it for the next in
+    -- line has ended the last one), even when a write lock came and went in between
+    -- and the key now comes to this reader through a reservation.
     redis.call('DEL', KEYS[4])
   end
   rest = settle_shares(KEYS[1], KEYS[4], ms)

@@ -193,3 +193,70 @@ async fn readers_get_in_soon_after_a_waiting_writer_is_killed() {
     let killed_at = Instant::now();
     second_reader_got_in(r2, killed_at, KILLED_BOUND, r1).await;
 }
+
+/// The writer queued while a write lock held the key, so its registration was made for
+/// that lock's whole lease; the key then went to a reader waiting ahead of it, and the
+/// writer's process was killed. Readers arriving behind it still get in within the
+/// same bound, not at the end of the write lock's lease.
+#[tokio::test]
+async fn readers_get_in_soon_after_a_writer_killed_while_queued_behind_a_write() {
+    let server = RedisServer::start();
+    let mut redis = raw(&server).await;
+    let w0 = client(&server).await;
+    let write = w0.write_lock(KEY).lease(READ_LEASE).acquire().await.unwrap();
+    // R1 queues first, behind the write lock.
+    let r1_client = client(&server).await;
+    let r1 = tokio::spawn(async move {
+        r1_client
+            .read_lock(KEY)
+            .wait(Duration::from_secs(30))
+            .lease(READ_LEASE)
+            .acquire()
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let line: Vec<String> = redis.zrange(WAITLIST, 0, -1).await.unwrap();
+        if line.iter().any(|id| id.starts_with("r:")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first reader never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut writer = ChildProcess(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", WRITER_CHILD, "--nocapture", "--test-threads=1"])
+            .env("REDLOCK_TEST_CHILD_URL", server.url())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    writer_in_line(&mut redis).await;
+    writer.0.kill().unwrap();
+    writer.0.wait().unwrap();
+    let killed_at = Instant::now();
+    // The write's release reserves the key for R1, first in line: readers hold it now.
+    write.release().await.unwrap();
+    let r1 = r1.await.unwrap().expect("R1 takes its reservation");
+    let r2 = client(&server).await;
+    let (r2, entered) = tokio::spawn(async move {
+        let guard = r2
+            .read_lock(KEY)
+            .wait(R2_WAIT)
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await?;
+        Ok::<_, LockError>((guard, Instant::now()))
+    })
+    .await
+    .unwrap()
+    .expect("the second reader gets in once the dead writer's registration lapsed");
+    let after = entered.saturating_duration_since(killed_at);
+    println!("the second reader got in {after:?} after the writer was killed (bound {KILLED_BOUND:?})");
+    assert!(
+        after <= KILLED_BOUND,
+        "the second reader got in {after:?} after the writer was killed (bound {KILLED_BOUND:?})"
+    );
+    r2.release().await.expect("R2's share was held");
+    r1.release().await.expect("R1's share was held");
+}

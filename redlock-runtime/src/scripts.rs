@@ -316,8 +316,8 @@ pub(crate) const HOLDERS_PREFIX: &str = "redlock:holders:";
 /// waitlist registration; the registration outlives each attempt by this plus the
 /// registration slack (see `node::WaitlistTimings`). So a writer whose process died
 /// without leaving the line holds new readers back for at most that long after its last
-/// attempt: readers blocked by it retry when its registration lapses (see
-/// [`SHARED_ACQUIRE`]). One attempt a second per waiting writer is cheap; a longer
+/// attempt, or after readers took the key (see [`SHARED_ACQUIRE`]): readers blocked by
+/// it retry when its registration lapses. One attempt a second per waiting writer is cheap; a longer
 /// period would keep readers out longer after such a death.
 pub(crate) const WRITER_REFRESH_MS: u64 = 1_000;
 
@@ -371,8 +371,10 @@ end
 /// the line lets the readers behind it in: one that gives up (timeout, cancelled) tells
 /// them at once (see [`LEAVE_WAITLIST`]); one whose process died stops holding them
 /// back when its registration lapses, at most [`WRITER_REFRESH_MS`] plus the
-/// registration slack after its last attempt, and a reader it holds back is told to
-/// retry then.
+/// registration slack after its last attempt or after readers took the key, whichever
+/// is later (a reader cuts a registration made for a write lock's lease down to
+/// that: a live writer was told the key changed hands, and renews it at once), and a
+/// reader it holds back is told to retry then.
 ///
 /// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0,
 /// handed_off}` when busy (a hand-off's lock may have been deleted for a writer first
@@ -432,23 +434,33 @@ if not busy_for and not reserved and limit == 0 then
     redis.call('ZREM', KEYS[2], gone)
     redis.call('ZREM', KEYS[3], gone)
   end
-  -- From the latest registration's lapse down: the first writer found is the one that
-  -- holds readers back longest.
+  -- Held back until the writers' registrations lapse at the latest (they may have
+  -- died: see WRITER_REFRESH_MS).
+  local writers_until = nil
   local line = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-  for i = #line - 1, 1, -2 do
-    local id = line[i]
+  local renewed_by = ms + {WRITER_REFRESH_MS} + tonumber(ARGV[8])
+  for i = 1, #line, 2 do
+    local id, lapse = line[i], tonumber(line[i + 1])
     if id ~= ARGV[6] and string.sub(id, 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
-      if value then
-        -- Until the shares end, or until the writers' registrations lapse (they
-        -- may have died: see WRITER_REFRESH_MS), whichever comes first; a writer
-        -- that gives up says so at once (see LEAVE_WAITLIST).
-        busy_for = math.min(rest, math.max(1, tonumber(line[i + 1]) - ms))
-      else
-        -- Nobody holds it: hand it to the head of the line at once.
-        free_for_next()
-        busy_for = tonumber(ARGV[5])
+      if value and lapse > renewed_by then
+        -- Registered for the lease of a write lock that held the key before these
+        -- shares; a live writer renewed it when the key came to readers (it was
+        -- told), so only a writer that died keeps it, and holds readers back.
+        lapse = renewed_by
+        redis.call('ZADD', KEYS[3], 'XX', lapse, id)
       end
-      break
+      writers_until = math.max(writers_until or 0, lapse)
+    end
+  end
+  if writers_until then
+    if value then
+      -- Until the shares end, or the writers' registrations lapse, whichever comes
+      -- first; a writer that gives up says so at once (see LEAVE_WAITLIST).
+      busy_for = math.min(rest, math.max(1, writers_until - ms))
+    else
+      -- Nobody holds it: hand it to the head of the line at once.
+      free_for_next()
+      busy_for = tonumber(ARGV[5])
     end
   end
 end

@@ -375,6 +375,12 @@ async fn a_share_deleted_by_hand_does_not_come_back_through_a_reservation() {
         matches!(extended, Err(LockError::Lost { .. })),
         "the deleted share came back: {extended:?}"
     );
-    assert!(stale.release().await.is_err(), "the deleted share came back");
-    fresh.release().await.expect("the new reader's share was held");
+    assert!(
+        stale.release().await.is_err(),
+        "the deleted share came back"
+    );
+    fresh
+        .release()
+        .await
+        .expect("the new reader's share was held");
 }

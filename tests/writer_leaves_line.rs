@@ -203,7 +203,12 @@ async fn readers_get_in_soon_after_a_writer_killed_while_queued_behind_a_write()
     let server = RedisServer::start();
     let mut redis = raw(&server).await;
     let w0 = client(&server).await;
-    let write = w0.write_lock(KEY).lease(READ_LEASE).acquire().await.unwrap();
+    let write = w0
+        .write_lock(KEY)
+        .lease(READ_LEASE)
+        .acquire()
+        .await
+        .unwrap();
     // R1 queues first, behind the write lock.
     let r1_client = client(&server).await;
     let r1 = tokio::spawn(async move {
@@ -252,7 +257,9 @@ async fn readers_get_in_soon_after_a_writer_killed_while_queued_behind_a_write()
     .unwrap()
     .expect("the second reader gets in once the dead writer's registration lapsed");
     let after = entered.saturating_duration_since(killed_at);
-    println!("the second reader got in {after:?} after the writer was killed (bound {KILLED_BOUND:?})");
+    println!(
+        "the second reader got in {after:?} after the writer was killed (bound {KILLED_BOUND:?})"
+    );
     assert!(
         after <= KILLED_BOUND,
         "the second reader got in {after:?} after the writer was killed (bound {KILLED_BOUND:?})"

@@ -317,8 +317,8 @@ pub(crate) const HOLDERS_PREFIX: &str = "redlock:holders:";
 /// registration slack (see `node::WaitlistTimings`). So a writer whose process died
 /// without leaving the line holds new readers back for at most that long after its last
 /// attempt, or after readers took the key (see [`SHARED_ACQUIRE`]): readers blocked by
-/// it retry when its registration lapses. One attempt a second per waiting writer is cheap; a longer
-/// period would keep readers out longer after such a death.
+/// it retry when its registration lapses. One attempt a second per waiting writer is
+/// cheap; a longer period would keep readers out longer after such a death.
 pub(crate) const WRITER_REFRESH_MS: u64 = 1_000;
 
 /// Prefix of a waiting reader's id on the waitlist: readers wait behind any waiting

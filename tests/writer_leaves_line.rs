@@ -68,17 +68,35 @@ async fn first_reader(server: &RedisServer) -> (LockClient, LockGuard) {
     (r1, guard)
 }
 
-/// Waits until a writer (an id without the readers' `r:`) is on the waitlist.
-async fn writer_in_line(redis: &mut redis::aio::MultiplexedConnection) {
+/// Waits until a waiter of the kind `reader` says (readers' ids start with `r:`) is on
+/// the waitlist.
+async fn queued(redis: &mut redis::aio::MultiplexedConnection, reader: bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let line: Vec<String> = redis.zrange(WAITLIST, 0, -1).await.unwrap();
-        if line.iter().any(|id| !id.starts_with("r:")) {
+        if line.iter().any(|id| id.starts_with("r:") == reader) {
             return;
         }
-        assert!(Instant::now() < deadline, "the writer never queued");
+        assert!(Instant::now() < deadline, "the waiter never queued");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits until a writer is on the waitlist.
+async fn writer_in_line(redis: &mut redis::aio::MultiplexedConnection) {
+    queued(redis, false).await
+}
+
+/// A writer in a process of its own, waiting to write `KEY` (see `child_waits_to_write`).
+fn writer_process(server: &RedisServer) -> ChildProcess {
+    ChildProcess(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", WRITER_CHILD, "--nocapture", "--test-threads=1"])
+            .env("REDLOCK_TEST_CHILD_URL", server.url())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// R2 (a client of its own) asks for a share while the writer waits: it queues behind
@@ -177,14 +195,7 @@ async fn readers_get_in_soon_after_a_waiting_writer_is_killed() {
     let server = RedisServer::start();
     let mut redis = raw(&server).await;
     let (_r1_client, r1) = first_reader(&server).await;
-    let mut writer = ChildProcess(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", WRITER_CHILD, "--nocapture", "--test-threads=1"])
-            .env("REDLOCK_TEST_CHILD_URL", server.url())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut writer = writer_process(&server);
     writer_in_line(&mut redis).await;
     let r2 = second_reader_queues(&server).await;
     // SIGKILL: the writer leaves nothing behind but its waitlist registration.
@@ -219,23 +230,8 @@ async fn readers_get_in_soon_after_a_writer_killed_while_queued_behind_a_write()
             .acquire()
             .await
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let line: Vec<String> = redis.zrange(WAITLIST, 0, -1).await.unwrap();
-        if line.iter().any(|id| id.starts_with("r:")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the first reader never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut writer = ChildProcess(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", WRITER_CHILD, "--nocapture", "--test-threads=1"])
-            .env("REDLOCK_TEST_CHILD_URL", server.url())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    queued(&mut redis, true).await;
+    let mut writer = writer_process(&server);
     writer_in_line(&mut redis).await;
     writer.0.kill().unwrap();
     writer.0.wait().unwrap();

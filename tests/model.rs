@@ -1172,3 +1172,298 @@ fn announcing_the_new_lease_keeps_waiters_awake() {
     explore(reservation, "mixed leases announced, reservation").assert_properties();
     explore(hand_off, "mixed leases announced, hand-off").assert_properties();
 }
+
+/// A focused model of one part of the read-write lock that the model above, of the
+/// exclusive lock alone, does not cover: a writer that leaves the line. Readers hold the
+/// key in shares for longer than the horizon (the model's `share_lease`); a writer
+/// waits, registered on the waitlist, so a reader arriving queues behind it (writer
+/// preference); the writer then gives up (its wait ran out, or its acquisition was
+/// dropped: LEAVE_WAITLIST runs) or is killed (its registration stays until it lapses).
+///
+/// The steps, each a script run atomically or a client's own step: the writer's
+/// **attempt** (busy: registered until `now + min(ttl, refresh) + slack`, told to come
+/// back at `now + min(ttl, refresh)`: `scripts::WRITER_REFRESH_MS`); **give up** and
+/// **leave** (LEAVE_WAITLIST: the registration goes, and the readers in line are told
+/// the key is free); **kill**; the reader's **arrival** and **attempt** (in while no
+/// writer registration is live, else asleep until the shares end or the writer's
+/// registration lapses, whichever is first, or until a message); **time passing**
+/// (registrations lapse). Clients are prompt, as above: time does not pass while one
+/// has a step due. Not modelled: several writers or readers in line, shares ending,
+/// and the cut a reader makes to a registration made for a write lock's lease (a
+/// writer queued behind a write lock, see `SHARED_ACQUIRE`): `tests/writer_leaves_line.rs`
+/// checks that one against Redis.
+///
+/// Properties: **not held back by a writer that left** (always): once the writer left
+/// the line, no tick passes with the reader still out; once it was killed, at most
+/// `refresh + slack` ticks do. **Writer preference** (always): the reader never gets in
+/// while a live writer is registered. Examples (sometimes): the reader held back by a
+/// live writer; in after the writer left; in after it was killed. Each fix is needed:
+/// without the message on leaving, with a writer told the shares' whole lease, or with
+/// a reader that sleeps until the shares end, the first property fails.
+mod a_writer_leaves_the_line {
+    use std::time::Instant;
+
+    use stateright::{Checker, HasDiscoveries, Model, Property};
+
+    use super::Tick;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Broken {
+        None,
+        /// LEAVE_WAITLIST takes the registration off without telling the readers.
+        NoWakeOnLeave,
+        /// A writer waiting on readers is told their whole lease, and registered for it.
+        WriterToldTheSharesLease,
+        /// A reader held back by a writer sleeps until the shares end.
+        ReaderSleepsUntilTheSharesEnd,
+    }
+
+    #[derive(Clone, Debug)]
+    struct ReadWrite {
+        refresh: Tick,
+        slack: Tick,
+        /// When the readers' shares end: past `max_time`, so the key stays held in shares.
+        share_lease: Tick,
+        max_time: Tick,
+        broken: Broken,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Writer {
+        /// Asleep until `wake` (then due to attempt); `registered` once it attempted.
+        Waiting { wake: Tick, registered: bool },
+        /// Gave up: its LEAVE_WAITLIST is on its way.
+        Leaving,
+        /// Left the line.
+        Left,
+        /// Killed: what it left in Redis stays until it lapses.
+        Dead,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Reader {
+        NotYet,
+        Waiting {
+            wake: Tick,
+        },
+        /// Woken (timer or message): due to attempt.
+        Due,
+        Holding,
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct State {
+        clock: Tick,
+        /// The writer's registration on the waitlist: when it lapses.
+        registration: Option<Tick>,
+        writer: Writer,
+        reader: Reader,
+        /// Consecutive ticks the reader spent out since the writer left the line or died.
+        held_back: Tick,
+        /// The reader got in while a live writer was registered.
+        jumped: bool,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Action {
+        WriterAttempts,
+        GiveUp,
+        Leave,
+        Kill,
+        ReaderArrives,
+        ReaderAttempts,
+        Tick,
+    }
+
+    impl ReadWrite {
+        fn new(broken: Broken) -> Self {
+            ReadWrite {
+                refresh: 1,
+                slack: 2,
+                share_lease: 20,
+                max_time: 8,
+                broken,
+            }
+        }
+
+        fn writer_due(&self, s: &State) -> bool {
+            matches!(s.writer, Writer::Waiting { wake, .. } if wake <= s.clock)
+                || s.writer == Writer::Leaving
+        }
+
+        /// A reader woken by its timer is due to attempt.
+        fn settle(&self, s: &mut State) {
+            if matches!(s.reader, Reader::Waiting { wake } if wake <= s.clock) {
+                s.reader = Reader::Due;
+            }
+        }
+    }
+
+    impl Model for ReadWrite {
+        type State = State;
+        type Action = Action;
+
+        fn init_states(&self) -> Vec<State> {
+            vec![State {
+                clock: 0,
+                registration: None,
+                writer: Writer::Waiting {
+                    wake: 0,
+                    registered: false,
+                },
+                reader: Reader::NotYet,
+                held_back: 0,
+                jumped: false,
+            }]
+        }
+
+        fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+            if self.writer_due(s) {
+                actions.push(if s.writer == Writer::Leaving {
+                    Action::Leave
+                } else {
+                    Action::WriterAttempts
+                });
+            }
+            if matches!(
+                s.writer,
+                Writer::Waiting {
+                    registered: true,
+                    ..
+                }
+            ) {
+                actions.push(Action::GiveUp);
+            }
+            if matches!(s.writer, Writer::Waiting { .. } | Writer::Leaving) {
+                actions.push(Action::Kill);
+            }
+            match s.reader {
+                Reader::NotYet => actions.push(Action::ReaderArrives),
+                Reader::Due => actions.push(Action::ReaderAttempts),
+                _ => {}
+            }
+            let due = self.writer_due(s) || s.reader == Reader::Due;
+            if !due && s.clock < self.max_time {
+                actions.push(Action::Tick);
+            }
+        }
+
+        fn next_state(&self, last: &State, action: Action) -> Option<State> {
+            let mut s = last.clone();
+            match action {
+                Action::WriterAttempts => {
+                    // Readers hold the key: busy.
+                    let ttl = self.share_lease - s.clock;
+                    let told = match self.broken {
+                        Broken::WriterToldTheSharesLease => ttl,
+                        _ => ttl.min(self.refresh),
+                    };
+                    s.registration = Some(s.clock + told + self.slack);
+                    s.writer = Writer::Waiting {
+                        wake: s.clock + told,
+                        registered: true,
+                    };
+                }
+                Action::GiveUp => s.writer = Writer::Leaving,
+                Action::Leave => {
+                    s.registration = None;
+                    s.writer = Writer::Left;
+                    if self.broken != Broken::NoWakeOnLeave
+                        && matches!(s.reader, Reader::Waiting { .. })
+                    {
+                        s.reader = Reader::Due;
+                    }
+                }
+                Action::Kill => s.writer = Writer::Dead,
+                Action::ReaderArrives | Action::ReaderAttempts => match s.registration {
+                    Some(lapse) => {
+                        let wake = match self.broken {
+                            Broken::ReaderSleepsUntilTheSharesEnd => self.share_lease,
+                            _ => self.share_lease.min(lapse),
+                        };
+                        s.reader = Reader::Waiting { wake };
+                    }
+                    None => {
+                        s.jumped |= matches!(
+                            s.writer,
+                            Writer::Waiting {
+                                registered: true,
+                                ..
+                            }
+                        );
+                        s.reader = Reader::Holding;
+                    }
+                },
+                Action::Tick => {
+                    let out = matches!(s.reader, Reader::Waiting { .. } | Reader::Due);
+                    let departed = matches!(s.writer, Writer::Left | Writer::Dead);
+                    s.held_back = if out && departed { s.held_back + 1 } else { 0 };
+                    s.clock += 1;
+                    if s.registration.is_some_and(|lapse| lapse <= s.clock) {
+                        s.registration = None;
+                    }
+                }
+            }
+            self.settle(&mut s);
+            Some(s)
+        }
+
+        fn properties(&self) -> Vec<Property<Self>> {
+            vec![
+                Property::always(
+                    "not held back by a writer that left",
+                    |m: &ReadWrite, s: &State| match s.writer {
+                        Writer::Left => s.held_back == 0,
+                        Writer::Dead => s.held_back <= m.refresh + m.slack,
+                        _ => true,
+                    },
+                ),
+                Property::always("writer preference", |_, s: &State| !s.jumped),
+                Property::sometimes("held back by a live writer", |_, s: &State| {
+                    matches!(s.reader, Reader::Waiting { .. })
+                        && matches!(s.writer, Writer::Waiting { .. })
+                }),
+                Property::sometimes("in after the writer left", |_, s: &State| {
+                    s.reader == Reader::Holding && s.writer == Writer::Left
+                }),
+                Property::sometimes("in after the writer was killed", |_, s: &State| {
+                    s.reader == Reader::Holding && s.writer == Writer::Dead
+                }),
+            ]
+        }
+    }
+
+    #[test]
+    fn readers_get_in_when_the_writer_ahead_of_them_leaves_the_line() {
+        let started = Instant::now();
+        let checker = ReadWrite::new(Broken::None).checker().spawn_bfs().join();
+        println!(
+            "model, a writer leaves the line: {} states, {:.1?}",
+            checker.unique_state_count(),
+            started.elapsed()
+        );
+        checker.assert_properties();
+    }
+
+    #[test]
+    fn a_writer_that_leaves_without_a_word_or_for_long_is_caught() {
+        for broken in [
+            Broken::NoWakeOnLeave,
+            Broken::WriterToldTheSharesLease,
+            Broken::ReaderSleepsUntilTheSharesEnd,
+        ] {
+            let property = "not held back by a writer that left";
+            let checker = ReadWrite::new(broken)
+                .checker()
+                .finish_when(HasDiscoveries::AnyOf([property].into()))
+                .spawn_bfs()
+                .join();
+            let path = checker.discovery(property);
+            println!(
+                "model, {broken:?}: \"{property}\" fails after {:?}",
+                path.as_ref().map(|path| path.clone().into_actions())
+            );
+            assert!(path.is_some(), "{broken:?}: \"{property}\" holds");
+        }
+    }
+}

@@ -315,3 +315,72 @@ async fn hold_at_least_keeps_a_share_after_an_early_release() {
         .unwrap();
     next.release().await.unwrap();
 }
+
+/// A reader's share whose key was deleted by hand is gone for good, even when the key
+/// later comes to another reader through a reservation (a writer took the free key
+/// and released it to that reader waiting in line): the stale entry in the holders set
+/// must not be revived, so the first reader's extension and release find it lost.
+#[tokio::test]
+async fn a_share_deleted_by_hand_does_not_come_back_through_a_reservation() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let mut redis = raw(&server).await;
+    let stale = a
+        .read_lock("doc:11")
+        .lease(30 * SECOND)
+        .acquire()
+        .await
+        .unwrap();
+    // Deleted by hand: the holders set (which expires with the share) still names it.
+    let _: () = redis.del("doc:11").await.unwrap();
+    let writer = b
+        .write_lock("doc:11")
+        .lease(10 * SECOND)
+        .acquire()
+        .await
+        .expect("the key is free");
+    let reader = tokio::spawn(async move {
+        c.read_lock("doc:11")
+            .wait(10 * SECOND)
+            .lease(10 * SECOND)
+            .acquire()
+            .await
+    });
+    // The reader queues behind the write; the write's release reserves the key for it.
+    let deadline = std::time::Instant::now() + 10 * SECOND;
+    loop {
+        let line: u64 = redis.zcard("redlock:waitlist:doc:11").await.unwrap();
+        if line > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reader never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    writer.release().await.unwrap();
+    let fresh = reader
+        .await
+        .unwrap()
+        .expect("the reader takes its reservation");
+    let holders: Vec<String> = redis.zrange("redlock:holders:doc:11", 0, -1).await.unwrap();
+    assert_eq!(holders.len(), 1, "only the new reader holds: {holders:?}");
+    let extended = stale.extend(30 * SECOND).await;
+    assert!(
+        matches!(extended, Err(LockError::Lost { .. })),
+        "the deleted share came back: {extended:?}"
+    );
+    assert!(
+        stale.release().await.is_err(),
+        "the deleted share came back"
+    );
+    fresh
+        .release()
+        .await
+        .expect("the new reader's share was held");
+}

@@ -194,7 +194,11 @@ impl LockClient {
     /// writer ([`LockClient::write_lock`], or a plain [`LockClient::lock`]).
     ///
     /// Writer-preferring: once a writer waits for the key, new readers wait behind it,
-    /// so that a stream of readers cannot starve it. Each reader has its own lease (and
+    /// so that a stream of readers cannot starve it. A writer that leaves the line lets
+    /// them in: at once when it gives up (its wait ran out, its acquisition was
+    /// dropped), within about 3 s when its process dies while waiting (a waiting
+    /// writer renews its place every second, and a place not renewed lapses 2 s
+    /// later). Each reader has its own lease (and
     /// watchdog renewal without one): a reader that dies frees its share when its own
     /// lease ends, and a live reader's renewals never keep a dead one's share alive.
     /// Each reader gets a fencing token; a writer's is above every earlier reader's and

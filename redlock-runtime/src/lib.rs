@@ -67,7 +67,8 @@
 //! Besides the exclusive [`LockClient::lock`], one client offers:
 //!
 //! - [`LockClient::read_lock`] / [`LockClient::write_lock`]: any number of readers or
-//!   one writer; writer-preferring (once a writer waits, new readers queue behind it);
+//!   one writer; writer-preferring (once a writer waits, new readers queue behind it,
+//!   and join the readers in as soon as it gives up, or within about 3 s when it dies);
 //!   a lease per reader, so a dead reader's share ends with its own lease;
 //!   `write_lock(k)` is `lock(k)`.
 //! - [`LockClient::semaphore`]: at most N holders, a lease per permit, nothing left in

@@ -99,7 +99,9 @@ pub(crate) struct WaitlistTimings {
     /// How long a release reserves the key for the named waiter.
     pub(crate) reservation_ms: u64,
     /// How long a registration outlives the holder's lease; a waiter refreshes it by
-    /// retrying when that lease ends at the latest.
+    /// retrying when that lease ends at the latest (a writer waiting on readers, within
+    /// `scripts::WRITER_REFRESH_MS`: its registration holds new readers back, so it
+    /// must lapse soon after a writer that died).
     pub(crate) registration_slack_ms: u64,
 }
 

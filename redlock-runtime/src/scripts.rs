@@ -106,6 +106,10 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// and names it in its message; the named waiter's attempt takes the reservation and
 /// announces it with its lease (`T:<ms>`; a hand-off inside a client does the same),
 /// the others keep waiting without a round trip, until that lease ends at the latest.
+/// A writer waiting on readers (the key holds `shared:0`) is told to come back within
+/// [`WRITER_REFRESH_MS`] instead, and its registration outlives that by the slack:
+/// it holds new readers back (see [`SHARED_ACQUIRE`]), so it must lapse soon after a
+/// writer that died without leaving the line.
 ///
 /// The path without contention is three commands: `TIME`, the fencing counter's
 /// `SET … GET` and the lock's `SET NX PX` with its final value. An attempt that finds
@@ -216,6 +220,11 @@ if ttl < 0 then
 end
 {mark_contended}
 if ARGV[4] ~= '' then
+  if value == 'shared:0' then
+    -- Readers hold it, and this writer's registration holds new readers back: come
+    -- back soon, so that it lapses soon after this writer is gone (killed).
+    ttl = math.min(ttl, {WRITER_REFRESH_MS})
+  end
   local expiries = {expiries}
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
@@ -308,6 +317,15 @@ fn companion_of(lock: &str, waitlist: &str, prefix: &str) -> String {
 /// each scored with the end of its own lease (server clock, ms).
 pub(crate) const HOLDERS_PREFIX: &str = "redlock:holders:";
 
+/// How often, at most, a writer waiting on readers attempts again, renewing its
+/// waitlist registration; the registration outlives each attempt by this plus the
+/// registration slack (see `node::WaitlistTimings`). So a writer whose process died
+/// without leaving the line holds new readers back for at most that long after its last
+/// attempt, or after readers took the key (see [`SHARED_ACQUIRE`]): readers blocked by
+/// it retry when its registration lapses. One attempt a second per waiting writer is
+/// cheap; a longer period would keep readers out longer after such a death.
+pub(crate) const WRITER_REFRESH_MS: u64 = 1_000;
+
 /// Prefix of a waiting reader's id on the waitlist: readers wait behind any waiting
 /// writer (an id without it), never behind each other.
 pub(crate) const READER_ID_PREFIX: &str = "r:";
@@ -354,7 +372,14 @@ end
 /// another waiter) holds the key. Readers prefer writers: while a writer waits on the
 /// key's waitlist, a new reader waits too (registering behind it), so a stream of
 /// readers cannot starve a writer; when the key is free but a writer waits, the
-/// reader reserves the key for the waitlist's head and wakes it.
+/// reader reserves the key for the waitlist's head and wakes it. A writer that leaves
+/// the line lets the readers behind it in: one that gives up (timeout, cancelled) tells
+/// them at once (see [`LEAVE_WAITLIST`]); one whose process died stops holding them
+/// back when its registration lapses, at most [`WRITER_REFRESH_MS`] plus the
+/// registration slack after its last attempt or after readers took the key, whichever
+/// is later (a reader cuts a registration made for a write lock's lease down to
+/// that: a live writer was told the key changed hands, and renews it at once), and a
+/// reader it holds back is told to retry then.
 ///
 /// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0,
 /// handed_off}` when busy (a hand-off's lock may have been deleted for a writer first
@@ -395,8 +420,11 @@ if value and not reserved then
 end
 local rest = 0
 if not busy_for then
-  if not value then
-    -- Shares left from a key deleted by hand must not come back.
+  if not value or reserved then
+    -- Shares left from a key deleted by hand must not come back: a key that does not
+    -- hold `shared:` has no live share (a release that reserves it for the next in
+    -- line has ended the last one), even when a write lock came and went in between
+    -- and the key now comes to this reader through a reservation.
     redis.call('DEL', KEYS[4])
   end
   rest = settle_shares(KEYS[1], KEYS[4], ms)
@@ -411,16 +439,33 @@ if not busy_for and not reserved and limit == 0 then
     redis.call('ZREM', KEYS[2], gone)
     redis.call('ZREM', KEYS[3], gone)
   end
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-    if id ~= ARGV[6] and string.sub(id, 1, 2) ~= 'r:' then
-      if value then
-        busy_for = rest
-      else
-        -- Nobody holds it: hand it to the head of the line at once.
-        free_for_next()
-        busy_for = tonumber(ARGV[5])
+  -- Held back until the writers' registrations lapse at the latest (they may have
+  -- died: see WRITER_REFRESH_MS).
+  local writers_until = nil
+  local line = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  local renewed_by = ms + {WRITER_REFRESH_MS} + tonumber(ARGV[8])
+  for i = 1, #line, 2 do
+    local id, lapse = line[i], tonumber(line[i + 1])
+    if id ~= ARGV[6] and string.sub(id, 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
+      if value and lapse > renewed_by then
+        -- Registered for the lease of a write lock that held the key before these
+        -- shares; a live writer renewed it when the key came to readers (it was
+        -- told), so only a writer that died keeps it, and holds readers back.
+        lapse = renewed_by
+        redis.call('ZADD', KEYS[3], 'XX', lapse, id)
       end
-      break
+      writers_until = math.max(writers_until or 0, lapse)
+    end
+  end
+  if writers_until then
+    if value then
+      -- Until the shares end, or the writers' registrations lapse, whichever comes
+      -- first; a writer that gives up says so at once (see LEAVE_WAITLIST).
+      busy_for = math.min(rest, math.max(1, writers_until - ms))
+    else
+      -- Nobody holds it: hand it to the head of the line at once.
+      free_for_next()
+      busy_for = tonumber(ARGV[5])
     end
   end
 end
@@ -458,6 +503,7 @@ return {{1, token, handed_off, 0}}
         token = next_token("KEYS[5]"),
         previous_owns = owned_by("held", "ARGV[9]"),
         mark_contended = mark_contended("KEYS[1]", "value"),
+        reader_len = READER_ID_PREFIX.len(),
     ))
 });
 
@@ -586,21 +632,41 @@ end
 
 /// A waiter that gave up leaves the waitlist; if a release reserved the key for it
 /// meanwhile, the reservation goes on to the next in line at once instead of running
-/// out. KEYS: lock, waitlist, waitlist expiries. ARGV: waiter id, (unused), release
-/// channel, publish command, grace of a reservation (ms).
+/// out. A writer that leaves while readers hold the key, and was the last writer in
+/// line, publishes that the key is free: the readers it held back (see
+/// [`SHARED_ACQUIRE`]'s writer preference) join the holders now rather than at the end
+/// of their wait. KEYS: lock, waitlist, waitlist expiries. ARGV: waiter id, (unused),
+/// release channel, publish command, grace of a reservation (ms).
 pub(crate) static LEAVE_WAITLIST: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.pcall('GET', KEYS[1]) ~= 'reserved:' .. ARGV[1] then
+local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
+local value = redis.pcall('GET', KEYS[1])
+if value == 'shared:0' and string.sub(ARGV[1], 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
+  {SERVER_MS_FN}
+  local readers = false
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. server_ms(), '+inf')) do
+    if string.sub(id, 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
+      -- Another writer still waits: the readers keep waiting behind it.
+      return 0
+    end
+    readers = true
+  end
+  if readers then
+    redis.call(publish, channel, '')
+  end
   return 0
 end
-local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
+if value ~= 'reserved:' .. ARGV[1] then
+  return 0
+end
 {FREE_FOR_NEXT_FN}
 free_for_next()
 return 1
-"#
+"#,
+        reader_len = READER_ID_PREFIX.len(),
     ))
 });
 

@@ -201,7 +201,9 @@ fn lost_total(label: &str, cause: &str) -> u64 {
     let snapshotter = SNAPSHOTTER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
-        recorder.install().expect("the only recorder of this binary");
+        recorder
+            .install()
+            .expect("the only recorder of this binary");
         snapshotter
     });
     snapshotter
@@ -264,7 +266,11 @@ async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_g
          that picked it up failed before its script)",
     );
     assert!(error.is_lost(), "{error}");
-    assert_eq!(lost_total("vanishing", "renewal"), 1, "the loss was not counted");
+    assert_eq!(
+        lost_total("vanishing", "renewal"),
+        1,
+        "the loss was not counted"
+    );
     assert_eq!(server.cli(&["EXISTS", "vanishing"]), "0");
     assert_eq!(client.active_keys(), 0, "the client still tracks the key");
 }

@@ -158,7 +158,11 @@ impl LockRequest {
         self
     }
 
-    /// How long to wait for a holder to release (default zero: one attempt).
+    /// How long to wait for a holder to release (default zero: one attempt, a
+    /// *try-lock*). A try-lock succeeds whenever the key is free in Redis, also while
+    /// other tasks of this client wait in line for it; it is refused at once, without a
+    /// round trip, only when another task of this client holds the lock (its lease not
+    /// run out), and never joins the waitlist.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self

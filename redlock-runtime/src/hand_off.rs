@@ -11,6 +11,14 @@
 //! hand-offs a release goes through Redis as usual and every waiter, in any client,
 //! gets its chance.
 //!
+//! The releasing holder then waits for the taker's verdict, which says whether its lock
+//! was still there: its release reports `Lost` otherwise. A baton not picked up within
+//! [`PICK_UP_LIMIT`], or dropped before any script carried it, is a release in Redis
+//! after all, whose answer says. A taker that sent its script and then went away, or
+//! is not polled within the patience the holder gives it (the response timeout), leaves
+//! the verdict unknown: the holder releases in Redis (compare-and-delete, harmless if
+//! the taker's script took the lock) and counts a key found gone as handed off.
+//!
 //! This module knows nothing of turns or Redis: the slot decides whether a hand-off
 //! may happen, carries the baton and reports how it ended. The turn (one layer up)
 //! keeps one slot per key.
@@ -201,21 +209,30 @@ mod tests {
 
         // Not picked up within the limit: taken back, so a late taker finds nothing.
         let pending = slot.offer("b", true).unwrap();
-        assert_eq!(slot.outcome(pending, patience).await, HandOffOutcome::NotTaken);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::NotTaken
+        );
         assert!(slot.pick_up().is_none());
 
         // Picked up, then the taker went away before any script carried it: the lock
         // is untouched, as if nobody had taken it.
         let pending = slot.offer("c", true).unwrap();
         drop(slot.pick_up().unwrap());
-        assert_eq!(slot.outcome(pending, patience).await, HandOffOutcome::NotTaken);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::NotTaken
+        );
 
         // Picked up and sent, then the taker went away without a verdict.
         let pending = slot.offer("d", true).unwrap();
         let mut baton = slot.pick_up().unwrap();
         baton.send();
         drop(baton);
-        assert_eq!(slot.outcome(pending, patience).await, HandOffOutcome::Vanished);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::Vanished
+        );
     }
 
     #[tokio::test]
@@ -227,9 +244,10 @@ mod tests {
         baton.send();
         let started = tokio::time::Instant::now();
         let patience = Duration::from_millis(200);
-        let outcome = tokio::time::timeout(Duration::from_secs(10), slot.outcome(pending, patience))
-            .await
-            .expect("the holder waited for ever on a taker that never tells");
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(10), slot.outcome(pending, patience))
+                .await
+                .expect("the holder waited for ever on a taker that never tells");
         assert_eq!(outcome, HandOffOutcome::Vanished);
         assert!(started.elapsed() >= PICK_UP_LIMIT + patience);
         drop(baton);

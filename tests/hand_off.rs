@@ -335,3 +335,40 @@ async fn a_release_does_not_hang_on_a_taker_that_is_never_polled_again() {
     assert_eq!(server.cli(&["EXISTS", "unpolled"]), "0");
     eprintln!("release with an unpolled taker returned after {took:?}");
 }
+
+/// Redis restarts without persistence while a task holds the lock and another of its
+/// client waits in line: the lock is gone with the restart. The release hands it to the
+/// waiter, whose attempt meets the broken connection before its script can run: the
+/// release must still say the lock was lost.
+#[tokio::test]
+async fn a_hand_off_across_a_redis_restart_reports_the_lock_lost() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = client
+        .lock("restarted")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let taker = tokio::spawn(
+        client
+            .lock("restarted")
+            .wait(Duration::from_secs(10))
+            .lease(Duration::from_secs(10))
+            .acquire(),
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.restart();
+    let error = holder
+        .release()
+        .await
+        .expect_err("a release reported a lock lost in a restart as released");
+    assert!(error.is_lost(), "{error}");
+    // The waiter still gets the key, on the restarted server.
+    let next = taker
+        .await
+        .unwrap()
+        .expect("the waiter did not get the key after the restart");
+    next.release().await.unwrap();
+    assert_eq!(server.cli(&["EXISTS", "restarted"]), "0");
+}

@@ -509,11 +509,10 @@ impl<'a, K: Kind> Attempts<'a, K> {
             place.left = true;
         }
         if let Some(baton) = self.baton.take() {
-            // Unknown after an error: the releaser then releases in Redis itself.
-            if let Ok(outcome) = &outcome {
+            match &outcome {
                 // Deleted by this attempt's script: the release is done, whether the
                 // key then came to this attempt or went to a waiting writer first.
-                baton.finish(matches!(
+                Ok(outcome) => baton.finish(matches!(
                     outcome,
                     Outcome::Acquired {
                         handed_off: true,
@@ -522,7 +521,9 @@ impl<'a, K: Kind> Attempts<'a, K> {
                         handed_off: true,
                         ..
                     }
-                ));
+                )),
+                // The script may not have run: the releaser releases in Redis itself.
+                Err(_) => baton.give_back(),
             }
         }
         Tried {

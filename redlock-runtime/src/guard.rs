@@ -266,8 +266,9 @@ impl Holding {
             // The taker's script was sent, its verdict unknown (cancelled, failed, or not
             // polled in time). Not ours any more: that script deleted it, unless the lease
             // had run out (then it may have expired, or been taken by another client), or
-            // it was force-unlocked. (A taker that went away before sending its script
-            // ends `NotTaken`: then the key being gone means lost.)
+            // it was force-unlocked. (A taker that went away before sending its script,
+            // or whose script failed, gives the baton back: `NotTaken`, and the key
+            // being gone then means lost.)
             HandOffOutcome::Vanished => free().await.map(|verdict| match verdict {
                 Verdict::Gone if !self.state.lease_ran_out() => Verdict::Ours,
                 verdict => verdict,

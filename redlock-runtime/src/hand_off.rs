@@ -13,8 +13,10 @@
 //!
 //! The releasing holder then waits for the taker's verdict, which says whether its lock
 //! was still there: its release reports `Lost` otherwise. A baton not picked up within
-//! [`PICK_UP_LIMIT`], or dropped before any script carried it, is a release in Redis
-//! after all, whose answer says. A taker that sent its script and then went away, or
+//! [`PICK_UP_LIMIT`], dropped before any script carried it, or given back by a script
+//! that failed (a broken connection, a restarted Redis: it may not have run), is a
+//! release in Redis after all, whose answer says. A taker that sent its script and then
+//! was cancelled, or
 //! is not polled within the patience the holder gives it (the response timeout), leaves
 //! the verdict unknown: the holder releases in Redis (compare-and-delete, harmless if
 //! the taker's script took the lock) and counts a key found gone as handed off.
@@ -53,8 +55,10 @@ pub(crate) struct Baton {
 enum Report {
     /// Its script ran: was the lock still the holder's when it took it?
     Finished { released: bool },
-    /// It went away before any script carried the baton: the lock was not touched.
-    Unused,
+    /// It gives the baton back: it went away before any script carried it (the lock was
+    /// not touched), or its script failed and may not have run. The holder releases in
+    /// Redis and takes that answer.
+    GivenBack,
 }
 
 impl Baton {
@@ -70,6 +74,17 @@ impl Baton {
             let _ = outcome.send(Report::Finished { released });
         }
     }
+
+    /// The taker's script failed (no reply): it may not have run at all — a broken
+    /// connection, a Redis that restarted and forgot the lock — so the holder's own
+    /// release in Redis is the better word. Should the script have run after all, that
+    /// release finds the lock gone and reports it lost: a false alarm, where taking the
+    /// key's absence for a hand-off would report a lock that was lost as released.
+    pub(crate) fn give_back(mut self) {
+        if let Some(outcome) = self.outcome.take() {
+            let _ = outcome.send(Report::GivenBack);
+        }
+    }
 }
 
 impl Drop for Baton {
@@ -82,7 +97,7 @@ impl Drop for Baton {
         if let Some(outcome) = self.outcome.take()
             && !self.sent
         {
-            let _ = outcome.send(Report::Unused);
+            let _ = outcome.send(Report::GivenBack);
         }
     }
 }
@@ -104,12 +119,12 @@ pub(crate) struct Pending {
 pub(crate) enum HandOffOutcome {
     /// The next in line ran its script: was the lock still ours when it took it?
     Done { released: bool },
-    /// Nobody took the baton in time, or its taker went away before sending a script
-    /// with it: release in Redis as usual, whose answer says whether it was still ours.
+    /// Nobody took the baton in time, or its taker gave it back (it went away before
+    /// sending a script with it, or its script failed): release in Redis as usual, whose
+    /// answer says whether it was still ours.
     NotTaken,
-    /// The taker sent its script, then stopped (its acquire was cancelled, or failed
-    /// with the reply lost) or was not polled within the patience given, before telling
-    /// whether its script ran. A release in Redis will clean up; if it finds the key gone,
+    /// The taker sent its script, then stopped (its acquire was cancelled) or was not
+    /// polled within the patience given, before telling whether its script ran. A release in Redis will clean up; if it finds the key gone,
     /// the taker's script most likely deleted it (the lease had not run out when it was
     /// handed off).
     Vanished,
@@ -167,7 +182,7 @@ impl BatonSlot {
         };
         match settled {
             Ok(Report::Finished { released }) => HandOffOutcome::Done { released },
-            Ok(Report::Unused) => HandOffOutcome::NotTaken,
+            Ok(Report::GivenBack) => HandOffOutcome::NotTaken,
             Err(_) => HandOffOutcome::Vanished,
         }
     }
@@ -223,6 +238,13 @@ mod tests {
             slot.outcome(pending, patience).await,
             HandOffOutcome::NotTaken
         );
+
+        // Picked up and sent, and the script failed: given back, Redis decides.
+        let pending = slot.offer("e", true).unwrap();
+        let mut baton = slot.pick_up().unwrap();
+        baton.send();
+        baton.give_back();
+        assert_eq!(slot.outcome(pending, patience).await, HandOffOutcome::NotTaken);
 
         // Picked up and sent, then the taker went away without a verdict.
         let pending = slot.offer("d", true).unwrap();

@@ -227,9 +227,9 @@
 //! next task of the client or frees the key in Redis (reserving it for the waitlist's
 //! head), then passes the turn. The hand-off's outcome comes back with the baton
 //! (`hand_off::Baton`): whether the taker's script found the lock still there, or that
-//! the taker went away before sending one (then the release goes through Redis and its
-//! answer says); the releaser waits for it at most the response timeout after the
-//! pick-up limit. A try-lock that finds the turn held by a task with no lock yet (still
+//! the taker gave it back — it went away before sending one, or its script failed and
+//! may not have run — and then the release goes through Redis and its answer says; the
+//! releaser waits for it at most the response timeout after the pick-up limit. A try-lock that finds the turn held by a task with no lock yet (still
 //! trying, or waiting for a holder elsewhere) attempts beside it
 //! (`turn::Turn::Beside`): no baton, and no turn for its guard.
 //!

@@ -263,8 +263,8 @@ impl Holding {
             // The taker's script found it gone: the release script (which leaves other
             // owners alone) says whether it was force-unlocked. The lost case only.
             HandOffOutcome::Done { released: false } => free().await,
-            // The taker's script was sent, its verdict unknown (cancelled, failed, or not
-            // polled in time). Not ours any more: that script deleted it, unless the lease
+            // The taker's script was sent, its verdict unknown (cancelled, or not polled
+            // in time). Not ours any more: that script deleted it, unless the lease
             // had run out (then it may have expired, or been taken by another client), or
             // it was force-unlocked. (A taker that went away before sending its script,
             // or whose script failed, gives the baton back: `NotTaken`, and the key

@@ -16,10 +16,10 @@
 //! [`PICK_UP_LIMIT`], dropped before any script carried it, or given back by a script
 //! that failed (a broken connection, a restarted Redis: it may not have run), is a
 //! release in Redis after all, whose answer says. A taker that sent its script and then
-//! was cancelled, or
-//! is not polled within the patience the holder gives it (the response timeout), leaves
-//! the verdict unknown: the holder releases in Redis (compare-and-delete, harmless if
-//! the taker's script took the lock) and counts a key found gone as handed off.
+//! was cancelled, or is not polled within the patience the holder gives it (the response
+//! timeout), leaves the verdict unknown: the holder releases in Redis
+//! (compare-and-delete, harmless if the taker's script took the lock) and counts a key
+//! found gone, its lease not run out, as handed off.
 //!
 //! This module knows nothing of turns or Redis: the slot decides whether a hand-off
 //! may happen, carries the baton and reports how it ended. The turn (one layer up)
@@ -88,11 +88,11 @@ impl Baton {
 }
 
 impl Drop for Baton {
-    /// Dropped unfinished (its taker was cancelled, failed or gave up): before any
-    /// script carried it, the holder's lock is as the holder left it, and its release in
-    /// Redis must say truthfully whether it was still there (issue 24: a lock deleted
-    /// behind its holder's back was reported released). After, the sender is just
-    /// dropped: the holder learns that the outcome is unknown.
+    /// Dropped unfinished (its taker was cancelled, panicked or gave up): before any
+    /// script carried it, the holder's lock is as the holder left it, and the holder's
+    /// release in Redis says truthfully whether it was still there (taking the key's
+    /// absence for a hand-off would report a lock deleted behind its holder's back as
+    /// released). After, the sender is just dropped: the outcome is unknown.
     fn drop(&mut self) {
         if let Some(outcome) = self.outcome.take()
             && !self.sent
@@ -124,9 +124,9 @@ pub(crate) enum HandOffOutcome {
     /// answer says whether it was still ours.
     NotTaken,
     /// The taker sent its script, then stopped (its acquire was cancelled) or was not
-    /// polled within the patience given, before telling whether its script ran. A release in Redis will clean up; if it finds the key gone,
-    /// the taker's script most likely deleted it (the lease had not run out when it was
-    /// handed off).
+    /// polled within the patience given, before telling whether its script ran. A
+    /// release in Redis will clean up; if it finds the key gone, the taker's script most
+    /// likely deleted it (the lease had not run out when it was handed off).
     Vanished,
 }
 
@@ -244,7 +244,10 @@ mod tests {
         let mut baton = slot.pick_up().unwrap();
         baton.send();
         baton.give_back();
-        assert_eq!(slot.outcome(pending, patience).await, HandOffOutcome::NotTaken);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::NotTaken
+        );
 
         // Picked up and sent, then the taker went away without a verdict.
         let pending = slot.offer("d", true).unwrap();

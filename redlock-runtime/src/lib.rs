@@ -47,10 +47,10 @@
 //!   same client waits in line, the lock is handed to it instead, inside its acquire
 //!   script (one round trip from release to next holder; at most 8 times in a row, then
 //!   a release through Redis so that other clients' waiters get their chance). The
-//!   release returns once that script has answered, or, should the next in line stop
-//!   before telling (cancelled, or no longer polled), after at most the response
-//!   timeout, having released in Redis itself; it says `Lost` whenever the lock was no
-//!   longer its own.
+//!   release waits for that script's verdict — was the lock still its own? — for at
+//!   most 100 ms until the next in line picks it up and the response timeout after
+//!   that; a next in line that fails, is cancelled or is no longer polled cannot hold
+//!   it up longer, and the release then goes through Redis, whose answer it reports.
 //! - **Watchdog**: without a `lease`, the lock is held with the client's watchdog lease
 //!   (30 s) and renewed every 10 s for as long as the guard lives; all locks of a
 //!   client are renewed in one pipelined round trip per tick.
@@ -229,9 +229,10 @@
 //! (`hand_off::Baton`): whether the taker's script found the lock still there, or that
 //! the taker gave it back — it went away before sending one, or its script failed and
 //! may not have run — and then the release goes through Redis and its answer says; the
-//! releaser waits for it at most the response timeout after the pick-up limit. A try-lock that finds the turn held by a task with no lock yet (still
-//! trying, or waiting for a holder elsewhere) attempts beside it
-//! (`turn::Turn::Beside`): no baton, and no turn for its guard.
+//! releaser waits for it at most the response timeout after the pick-up limit. A
+//! try-lock that finds the turn held by a task with no lock yet (still trying, or
+//! waiting for a holder elsewhere) attempts beside it (`turn::Turn::Beside`): no baton,
+//! and no turn for its guard.
 //!
 //! **More primitives** (read-write lock, semaphore, election) reuse the connection and
 //! notifications, the turn, the watchdog, fencing, the guard's life cycle and the

@@ -50,7 +50,9 @@
 //!   release waits for that script's verdict — was the lock still its own? — for at
 //!   most 100 ms until the next in line picks it up and the response timeout after
 //!   that; a next in line that fails, is cancelled or is no longer polled cannot hold
-//!   it up longer, and the release then goes through Redis, whose answer it reports.
+//!   it up longer. The release then goes through Redis and reports its answer, except
+//!   that a key found gone once the next in line's script was sent (and is lost to
+//!   view) counts as handed off, unless its lease may have run out.
 //! - **Watchdog**: without a `lease`, the lock is held with the client's watchdog lease
 //!   (30 s) and renewed every 10 s for as long as the guard lives; all locks of a
 //!   client are renewed in one pipelined round trip per tick.

@@ -1,15 +1,25 @@
 //! Hand-offs: a release passing the lock to the next task of the same client inside that
 //! task's acquire script. One script per acquisition, no starvation of other clients,
-//! and nothing left behind when waiters give up half-way.
+//! and nothing left behind when waiters give up half-way; a release that truthfully
+//! says whether the lock was still its own, and does not wait for long on a next in
+//! line that stopped half-way.
 
 mod common;
 
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use common::{client, evalsha_calls, take_turns};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use redlock_runtime::LockClient;
 use redlock_testkit::RedisServer;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_next_task_in_one_script() {
@@ -129,4 +139,236 @@ async fn hand_offs_survive_waiters_that_give_up_mid_way() {
         .expect("an abandoned hand-off left the lock behind");
     guard.release().await.unwrap();
     assert_eq!(client.active_keys(), 0, "the client still tracks the key");
+}
+
+/// A layer that acts when a task of this thread takes its turn at `key` with a baton
+/// (the `turn_taken` event of the `redlock::timing` target): that task has picked up a
+/// releasing holder's lock and is about to send its acquire script.
+struct OnBatonPickedUp<F> {
+    key: &'static str,
+    act: F,
+}
+
+impl<S: tracing::Subscriber, F: Fn() + Send + Sync + 'static> Layer<S> for OnBatonPickedUp<F> {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        #[derive(Default)]
+        struct Fields {
+            key: String,
+            baton: bool,
+        }
+        impl Visit for Fields {
+            fn record_bool(&mut self, field: &Field, value: bool) {
+                if field.name() == "baton" {
+                    self.baton = value;
+                }
+            }
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "key" {
+                    self.key = format!("{value:?}");
+                }
+            }
+        }
+        if event.metadata().name() != "turn_taken" {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        if fields.baton && fields.key == self.key {
+            (self.act)();
+        }
+    }
+}
+
+/// Watches this thread's hand-offs of `key` (the tests run on a current-thread runtime).
+fn on_baton_picked_up(
+    key: &'static str,
+    act: impl Fn() + Send + Sync + 'static,
+) -> tracing::subscriber::DefaultGuard {
+    tracing::subscriber::set_default(
+        tracing_subscriber::registry().with(OnBatonPickedUp { key, act }),
+    )
+}
+
+/// Polls `future` once, with the calling task's waker.
+async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
+}
+
+/// `redlock_lost_total` of `label` for `cause`, from a recorder installed for this test
+/// binary (only the test that reads it labels its locks so).
+fn lost_total(label: &str, cause: &str) -> u64 {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    let snapshotter = SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this binary");
+        snapshotter
+    });
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let key = key.key().clone();
+            let ours = key.name() == "redlock_lost_total"
+                && key
+                    .labels()
+                    .any(|l| l.key() == "lock" && l.value() == label)
+                && key
+                    .labels()
+                    .any(|l| l.key() == "cause" && l.value() == cause);
+            match value {
+                DebugValue::Counter(n) if ours => Some(n),
+                _ => None,
+            }
+        })
+        .sum()
+}
+
+/// The next in line fails after it has picked the releasing holder's lock up but before
+/// its script is sent (here it panics; a cancellation there does the same), while the
+/// key had been deleted behind the holder's back: nobody deleted it by a hand-off, so
+/// the release must say the lock was lost, and count it.
+#[tokio::test]
+async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_gone_as_lost() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    lost_total("vanishing", "renewal");
+    let _tracing = on_baton_picked_up("vanishing", || {
+        panic!("the taker fails before its acquire script is sent")
+    });
+    let holder = client
+        .lock("vanishing")
+        .label("vanishing")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let taker = tokio::spawn(
+        client
+            .lock("vanishing")
+            .wait(Duration::from_secs(10))
+            .lease(Duration::from_secs(10))
+            .acquire(),
+    );
+    // Lined up behind the holder, so that the release hands the lock to it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.cli(&["DEL", "vanishing"]), "1");
+    let released = holder.release().await;
+    assert!(
+        taker.await.unwrap_err().is_panic(),
+        "the taker did not fail where it should"
+    );
+    let error = released.expect_err(
+        "a release reported a lock deleted behind its holder's back as released (the taker \
+         that picked it up failed before its script)",
+    );
+    assert!(error.is_lost(), "{error}");
+    assert_eq!(
+        lost_total("vanishing", "renewal"),
+        1,
+        "the loss was not counted"
+    );
+    assert_eq!(server.cli(&["EXISTS", "vanishing"]), "0");
+    assert_eq!(client.active_keys(), 0, "the client still tracks the key");
+}
+
+/// The next in line picks the lock up and sends its script, then is never polled again
+/// though its future lives on (a task stuck elsewhere, a future kept in a struct): the
+/// release cannot hear its verdict, and must not wait for it beyond the response timeout.
+#[tokio::test]
+async fn a_release_does_not_hang_on_a_taker_that_is_never_polled_again() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let picked_up = Arc::new(AtomicBool::new(false));
+    let _tracing = on_baton_picked_up("unpolled", {
+        let picked_up = picked_up.clone();
+        move || picked_up.store(true, Ordering::SeqCst)
+    });
+    let holder = client
+        .lock("unpolled")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let holder_token = holder.fencing_token();
+    let mut taker = Box::pin(
+        client
+            .lock("unpolled")
+            .wait(Duration::from_secs(20))
+            .lease(Duration::from_secs(30))
+            .acquire(),
+    );
+    assert!(poll_once(&mut taker).await.is_pending(), "not in line");
+    let started = std::time::Instant::now();
+    let release = tokio::spawn(holder.release());
+    // Polled until it has picked the lock up (its script then goes out), never after.
+    while !picked_up.load(Ordering::SeqCst) {
+        assert!(poll_once(&mut taker).await.is_pending());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the lock was never handed to the taker"
+        );
+        tokio::task::yield_now().await;
+    }
+    let released = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("release() hung on a taker that is never polled")
+        .unwrap();
+    let took = started.elapsed();
+    // The taker's script did take the lock from the holder: the release was done.
+    released.unwrap();
+    assert!(
+        took < Duration::from_secs(3),
+        "release() took {took:?} with a response timeout of 500 ms"
+    );
+    // Not left behind: the lock is the taker's, which gets it when polled again.
+    let next = taker.await.expect("the taker lost the handed-off lock");
+    assert!(next.fencing_token() > holder_token);
+    next.release().await.unwrap();
+    assert_eq!(server.cli(&["EXISTS", "unpolled"]), "0");
+    eprintln!("release with an unpolled taker returned after {took:?}");
+}
+
+/// Redis restarts without persistence while a task holds the lock and another of its
+/// client waits in line: the lock is gone with the restart. The release hands it to the
+/// waiter, whose attempt meets the broken connection before its script can run: the
+/// release must still say the lock was lost.
+#[tokio::test]
+async fn a_hand_off_across_a_redis_restart_reports_the_lock_lost() {
+    let mut server = RedisServer::start();
+    let client = client(&server).await;
+    let holder = client
+        .lock("restarted")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let taker = tokio::spawn(
+        client
+            .lock("restarted")
+            .wait(Duration::from_secs(10))
+            .lease(Duration::from_secs(10))
+            .acquire(),
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.restart();
+    let error = holder
+        .release()
+        .await
+        .expect_err("a release reported a lock lost in a restart as released");
+    assert!(error.is_lost(), "{error}");
+    // The waiter still gets the key, on the restarted server.
+    let next = taker
+        .await
+        .unwrap()
+        .expect("the waiter did not get the key after the restart");
+    next.release().await.unwrap();
+    assert_eq!(server.cli(&["EXISTS", "restarted"]), "0");
 }

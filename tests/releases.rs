@@ -111,7 +111,8 @@ async fn hold_at_least_wakes_other_processes_waiters_when_the_minimum_hold_ends(
 }
 
 // ---------------------------------------------------------------------------------------
-// 2. A client's own holder whose lease ran out blocks neither its try-locks nor its waiters.
+// 2. A client's own holder whose lease ran out blocks neither its try-locks nor its waiters;
+//    a task of the client waiting for the key does not block its try-locks.
 
 #[tokio::test]
 async fn a_try_lock_succeeds_when_its_own_clients_stale_holder_has_run_out() {
@@ -181,6 +182,87 @@ async fn a_try_lock_succeeds_when_its_own_clients_stale_holder_has_run_out() {
         "the new holder's lock was touched by the stale release: pttl {pttl}"
     );
     fresh.release().await.unwrap();
+}
+
+/// A task of the client waits for the key (it has the client's turn there) while the
+/// key is free in Redis: the lock it waits for vanished behind its holder's back, in
+/// another process, and nothing told the waiter, which sleeps until the lease it was
+/// told. A try-lock of the same client asks Redis and gets the key; the waiter keeps
+/// waiting, and the try-lock's release wakes it.
+#[tokio::test]
+async fn a_try_lock_succeeds_on_a_free_key_while_a_task_of_its_client_waits_for_it() {
+    let server = RedisServer::start();
+    let elsewhere = client(&server).await;
+    let client = client(&server).await;
+    let mut redis = raw(&server).await;
+    let contended = |value: &Option<String>| value.as_deref().is_some_and(|v| v.contains("~ "));
+    let stale = elsewhere
+        .lock("report")
+        .lease(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let waiter = tokio::spawn(
+        client
+            .lock("report")
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire(),
+    );
+    // Its attempt found the key busy (and marked it): it has the turn and waits.
+    loop {
+        let value: Option<String> = redis.get("report").await.unwrap();
+        if contended(&value) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "never waited: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _: () = redis.del("report").await.unwrap();
+    let tried = client
+        .lock("report")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("a try-lock was refused while the key was free in Redis (a task of its client waited for it)");
+    assert!(tried.fencing_token() > stale.fencing_token());
+    // The waiter wakes at the end of the 3 s it was told, finds the try-lock's lock busy
+    // and waits on: it must not have taken the key meanwhile.
+    loop {
+        let value: Option<String> = redis.get("report").await.unwrap();
+        if contended(&value) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiter never tried again: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "the waiter took a key the try-lock held"
+    );
+    let tried_token = tried.fencing_token();
+    let released_at = Instant::now();
+    tried.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter slept through the try-lock's release (its lease was 20 s)")
+        .unwrap()
+        .expect("the waiter gave up");
+    eprintln!(
+        "the waiter had the key {:?} after the try-lock's release",
+        released_at.elapsed()
+    );
+    assert!(next.fencing_token() > tried_token);
+    assert!(stale.release().await.unwrap_err().is_lost());
+    next.release().await.unwrap();
+    assert_eq!(server.cli(&["EXISTS", "report"]), "0");
 }
 
 // ---------------------------------------------------------------------------------------

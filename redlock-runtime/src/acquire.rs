@@ -27,6 +27,7 @@ use crate::masters::{Masters, Outcome, Try};
 use crate::metrics::{self, Label};
 use crate::node::Waiter;
 use crate::notify::{Listener, Release};
+use crate::turn::{LocalTurn, Turn};
 
 /// A kind of lock: its attempt, and the undoing of an attempt whose outcome is unknown.
 pub(crate) trait Kind: Send + Sync + 'static {
@@ -157,7 +158,11 @@ impl LockRequest {
         self
     }
 
-    /// How long to wait for a holder to release (default zero: one attempt).
+    /// How long to wait for a holder to release (default zero: one attempt, a
+    /// *try-lock*). A try-lock succeeds whenever the key is free in Redis, also while
+    /// other tasks of this client wait in line for it; it is refused at once, without a
+    /// round trip, only when another task of this client holds the lock (its lease not
+    /// run out), and never joins the waitlist.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -244,13 +249,19 @@ impl LockRequest {
 
 /// Takes the turn, then attempts until acquired, waiting for news in between.
 async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
-    let turn = plan
+    let turn = match plan
         .core
         .turns()
         .take_turn(&plan.key, &plan.label, plan.deadline)
         .await
-        .ok_or_else(|| plan.timeout())?;
-    let baton = turn.take_baton();
+        .ok_or_else(|| plan.timeout())?
+    {
+        Turn::Taken(turn) => Some(turn),
+        // A try-lock while another task of this client is still after the key: Redis
+        // decides, the key may be free there.
+        Turn::Beside => None,
+    };
+    let baton = turn.as_ref().and_then(LocalTurn::take_baton);
     tracing::trace!(name: "turn_taken", target: metrics::TIMING, key = %plan.key, baton = baton.is_some(), "redlock: turn taken");
     let mut attempts = Attempts::new(&plan, baton);
     loop {
@@ -385,12 +396,12 @@ impl<K: Kind> Plan<K> {
         owner: String,
         fencing_token: u64,
         sent_at: Instant,
-        turn: crate::turn::LocalTurn,
+        turn: Option<LocalTurn>,
     ) -> LockGuard {
         let valid_for = self.core.masters().validity(self.lease);
         // A share passes the turn on at once: the client's next task may share the key.
         let turn = match self.kind.shares() {
-            None => Some(turn),
+            None => turn,
             Some(_) => None,
         };
         LockGuard::new(Acquired {
@@ -455,7 +466,9 @@ impl<'a, K: Kind> Attempts<'a, K> {
         // reply was lost must not be able to delete a later attempt's lock.
         let owner = plan.core.fresh_token();
         let sent_at = Instant::now();
-        let previous_owner = self.baton.as_ref().map(|baton| baton.owner.as_str());
+        // Marks the baton sent: from here on a failure leaves it unknown whether the
+        // script deleted the releasing holder's lock.
+        let previous_owner = self.baton.as_mut().map(Baton::send);
         // From this attempt on the place may be taken, even if its reply is lost (then
         // giving up must give it back).
         let was_registered = self
@@ -496,11 +509,10 @@ impl<'a, K: Kind> Attempts<'a, K> {
             place.left = true;
         }
         if let Some(baton) = self.baton.take() {
-            // Unknown after an error: the releaser then releases in Redis itself.
-            if let Ok(outcome) = &outcome {
+            match &outcome {
                 // Deleted by this attempt's script: the release is done, whether the
                 // key then came to this attempt or went to a waiting writer first.
-                baton.finish(matches!(
+                Ok(outcome) => baton.finish(matches!(
                     outcome,
                     Outcome::Acquired {
                         handed_off: true,
@@ -509,7 +521,9 @@ impl<'a, K: Kind> Attempts<'a, K> {
                         handed_off: true,
                         ..
                     }
-                ));
+                )),
+                // The script may not have run: the releaser releases in Redis itself.
+                Err(_) => baton.give_back(),
             }
         }
         Tried {

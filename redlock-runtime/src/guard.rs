@@ -252,7 +252,10 @@ impl Holding {
             Some(Err(kept)) => return (free().await, Some(kept)),
             None => return (free().await, None),
         };
-        let outcome = match hand_off.outcome().await {
+        // A taker's script answers within the response timeout; one that is not polled
+        // any more never tells, and must not hold this release up beyond it.
+        let patience = self.client.config().response_timeout;
+        let outcome = match hand_off.outcome(patience).await {
             HandOffOutcome::Done { released: true } => {
                 metrics::handed_off(self.state.label());
                 Ok(Verdict::Ours)
@@ -260,9 +263,12 @@ impl Holding {
             // The taker's script found it gone: the release script (which leaves other
             // owners alone) says whether it was force-unlocked. The lost case only.
             HandOffOutcome::Done { released: false } => free().await,
-            // Not ours any more: the taker's script deleted it, unless the lease had run
-            // out (then it may have expired, or been taken by another client), or it was
-            // force-unlocked.
+            // The taker's script was sent, its verdict unknown (cancelled, or not polled
+            // in time). Not ours any more: that script deleted it, unless the lease
+            // had run out (then it may have expired, or been taken by another client), or
+            // it was force-unlocked. (A taker that went away before sending its script,
+            // or whose script failed, gives the baton back: `NotTaken`, and the key
+            // being gone then means lost.)
             HandOffOutcome::Vanished => free().await.map(|verdict| match verdict {
                 Verdict::Gone if !self.state.lease_ran_out() => Verdict::Ours,
                 verdict => verdict,

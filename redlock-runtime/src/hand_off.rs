@@ -11,6 +11,16 @@
 //! hand-offs a release goes through Redis as usual and every waiter, in any client,
 //! gets its chance.
 //!
+//! The releasing holder then waits for the taker's verdict, which says whether its lock
+//! was still there: its release reports `Lost` otherwise. A baton not picked up within
+//! [`PICK_UP_LIMIT`], dropped before any script carried it, or given back by a script
+//! that failed (a broken connection, a restarted Redis: it may not have run), is a
+//! release in Redis after all, whose answer says. A taker that sent its script and then
+//! was cancelled, or is not polled within the patience the holder gives it (the response
+//! timeout), leaves the verdict unknown: the holder releases in Redis
+//! (compare-and-delete, harmless if the taker's script took the lock) and counts a key
+//! found gone, its lease not run out, as handed off.
+//!
 //! This module knows nothing of turns or Redis: the slot decides whether a hand-off
 //! may happen, carries the baton and reports how it ended. The turn (one layer up)
 //! keeps one slot per key.
@@ -34,15 +44,60 @@ const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
 /// (Whether it was picked up at all is told by the slot: empty once it was. So the
 /// holder is woken once per hand-off, by the outcome.)
 pub(crate) struct Baton {
-    pub(crate) owner: String,
-    outcome: Option<oneshot::Sender<bool>>,
+    owner: String,
+    outcome: Option<oneshot::Sender<Report>>,
+    /// A script carrying the owner was sent: from then on a taker that goes away without
+    /// a verdict leaves it unknown whether that script deleted the lock.
+    sent: bool,
+}
+
+/// What the taker of a baton tells the releasing holder.
+enum Report {
+    /// Its script ran: was the lock still the holder's when it took it?
+    Finished { released: bool },
+    /// It gives the baton back: it went away before any script carried it (the lock was
+    /// not touched), or its script failed and may not have run. The holder releases in
+    /// Redis and takes that answer.
+    GivenBack,
 }
 
 impl Baton {
+    /// The owner token, for the taker's script about to be sent.
+    pub(crate) fn send(&mut self) -> &str {
+        self.sent = true;
+        &self.owner
+    }
+
     /// Reports whether the lock was still this owner's when it was handed off.
     pub(crate) fn finish(mut self, released: bool) {
         if let Some(outcome) = self.outcome.take() {
-            let _ = outcome.send(released);
+            let _ = outcome.send(Report::Finished { released });
+        }
+    }
+
+    /// The taker's script failed (no reply): it may not have run at all — a broken
+    /// connection, a Redis that restarted and forgot the lock — so the holder's own
+    /// release in Redis is the better word. Should the script have run after all, that
+    /// release finds the lock gone and reports it lost: a false alarm, where taking the
+    /// key's absence for a hand-off would report a lock that was lost as released.
+    pub(crate) fn give_back(mut self) {
+        if let Some(outcome) = self.outcome.take() {
+            let _ = outcome.send(Report::GivenBack);
+        }
+    }
+}
+
+impl Drop for Baton {
+    /// Dropped unfinished (its taker was cancelled, panicked or gave up): before any
+    /// script carried it, the holder's lock is as the holder left it, and the holder's
+    /// release in Redis says truthfully whether it was still there (taking the key's
+    /// absence for a hand-off would report a lock deleted behind its holder's back as
+    /// released). After, the sender is just dropped: the outcome is unknown.
+    fn drop(&mut self) {
+        if let Some(outcome) = self.outcome.take()
+            && !self.sent
+        {
+            let _ = outcome.send(Report::GivenBack);
         }
     }
 }
@@ -56,7 +111,7 @@ pub(crate) struct BatonSlot {
 
 /// The releasing side of a hand-off: what it waits on.
 pub(crate) struct Pending {
-    outcome: oneshot::Receiver<bool>,
+    outcome: oneshot::Receiver<Report>,
 }
 
 /// How a hand-off ended, for the releasing holder.
@@ -64,11 +119,14 @@ pub(crate) struct Pending {
 pub(crate) enum HandOffOutcome {
     /// The next in line ran its script: was the lock still ours when it took it?
     Done { released: bool },
-    /// Nobody took the baton in time: release in Redis as usual.
+    /// Nobody took the baton in time, or its taker gave it back (it went away before
+    /// sending a script with it, or its script failed): release in Redis as usual, whose
+    /// answer says whether it was still ours.
     NotTaken,
-    /// The taker stopped (its acquire was cancelled) before telling whether its script
-    /// ran. A release in Redis will clean up; if it finds the key gone, the taker's
-    /// script most likely deleted it (the lease had not run out when it was handed off).
+    /// The taker sent its script, then stopped (its acquire was cancelled) or was not
+    /// polled within the patience given, before telling whether its script ran. A
+    /// release in Redis will clean up; if it finds the key gone, the taker's script most
+    /// likely deleted it (the lease had not run out when it was handed off).
     Vanished,
 }
 
@@ -89,6 +147,7 @@ impl BatonSlot {
         *self.baton.lock().unwrap_or_else(|e| e.into_inner()) = Some(Baton {
             owner: owner.to_owned(),
             outcome: Some(outcome),
+            sent: false,
         });
         Some(Pending {
             outcome: outcome_rx,
@@ -102,8 +161,10 @@ impl BatonSlot {
 
     /// Waits for the verdict of the next in line's script; if there is none after
     /// [`PICK_UP_LIMIT`] and the baton is still in the slot (nobody picked it up),
-    /// takes it back.
-    pub(crate) async fn outcome(&self, pending: Pending) -> HandOffOutcome {
+    /// takes it back. Once picked up, waits at most `patience` more: the taker tells only
+    /// when it is polled with its script's reply, and a taker kept alive but never polled
+    /// again would otherwise hold the release up for ever.
+    pub(crate) async fn outcome(&self, pending: Pending, patience: Duration) -> HandOffOutcome {
         let Pending { mut outcome } = pending;
         let settled = match tokio::time::timeout(PICK_UP_LIMIT, &mut outcome).await {
             Ok(settled) => settled,
@@ -112,12 +173,16 @@ impl BatonSlot {
                 if reclaimed.is_some() {
                     return HandOffOutcome::NotTaken;
                 }
-                // Picked up, its script still under way.
-                outcome.await
+                // Picked up, its script under way (or its taker not polled any more).
+                match tokio::time::timeout(patience, outcome).await {
+                    Ok(settled) => settled,
+                    Err(_) => return HandOffOutcome::Vanished,
+                }
             }
         };
         match settled {
-            Ok(released) => HandOffOutcome::Done { released },
+            Ok(Report::Finished { released }) => HandOffOutcome::Done { released },
+            Ok(Report::GivenBack) => HandOffOutcome::NotTaken,
             Err(_) => HandOffOutcome::Vanished,
         }
     }
@@ -146,24 +211,70 @@ mod tests {
     #[tokio::test]
     async fn a_hand_off_ends_done_not_taken_or_vanished() {
         let slot = BatonSlot::default();
+        let patience = Duration::from_millis(200);
 
         let pending = slot.offer("a", true).unwrap();
-        let baton = slot.pick_up().unwrap();
-        assert_eq!(baton.owner, "a");
+        let mut baton = slot.pick_up().unwrap();
+        assert_eq!(baton.send(), "a");
         baton.finish(true);
         assert_eq!(
-            slot.outcome(pending).await,
+            slot.outcome(pending, patience).await,
             HandOffOutcome::Done { released: true }
         );
 
         // Not picked up within the limit: taken back, so a late taker finds nothing.
         let pending = slot.offer("b", true).unwrap();
-        assert_eq!(slot.outcome(pending).await, HandOffOutcome::NotTaken);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::NotTaken
+        );
         assert!(slot.pick_up().is_none());
 
-        // Picked up, then the taker went away without a verdict.
+        // Picked up, then the taker went away before any script carried it: the lock
+        // is untouched, as if nobody had taken it.
         let pending = slot.offer("c", true).unwrap();
         drop(slot.pick_up().unwrap());
-        assert_eq!(slot.outcome(pending).await, HandOffOutcome::Vanished);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::NotTaken
+        );
+
+        // Picked up and sent, and the script failed: given back, Redis decides.
+        let pending = slot.offer("e", true).unwrap();
+        let mut baton = slot.pick_up().unwrap();
+        baton.send();
+        baton.give_back();
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::NotTaken
+        );
+
+        // Picked up and sent, then the taker went away without a verdict.
+        let pending = slot.offer("d", true).unwrap();
+        let mut baton = slot.pick_up().unwrap();
+        baton.send();
+        drop(baton);
+        assert_eq!(
+            slot.outcome(pending, patience).await,
+            HandOffOutcome::Vanished
+        );
+    }
+
+    #[tokio::test]
+    async fn a_taker_that_is_never_polled_again_costs_the_pick_up_limit_and_the_patience() {
+        let slot = BatonSlot::default();
+        let pending = slot.offer("a", true).unwrap();
+        // Picked up and sent, and kept alive without a verdict.
+        let mut baton = slot.pick_up().unwrap();
+        baton.send();
+        let started = tokio::time::Instant::now();
+        let patience = Duration::from_millis(200);
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(10), slot.outcome(pending, patience))
+                .await
+                .expect("the holder waited for ever on a taker that never tells");
+        assert_eq!(outcome, HandOffOutcome::Vanished);
+        assert!(started.elapsed() >= PICK_UP_LIMIT + patience);
+        drop(baton);
     }
 }

@@ -30,7 +30,10 @@
 //! - **Waiting** never polls. Within a client, waiters of a key line up in arrival order (their *turn*)
 //!   and only the first talks to Redis; it subscribes to the key's release channel and
 //!   retries when a release is published or the holder's lease runs out, whichever
-//!   comes first.
+//!   comes first. A try-lock (no `wait`) does not line up: it asks Redis, and succeeds
+//!   whenever the key is free there, even while a task of its client waits for it;
+//!   only a lock another task of its client holds (by the client's own account: its
+//!   lease not run out) refuses it at once, without a round trip.
 //! - **Across clients** (processes), waiters wait on the key's *waitlist* in Redis: a
 //!   failed attempt takes a place on it, and a release reserves the key for
 //!   the client that has waited longest (for a short grace) and names it in its
@@ -43,7 +46,13 @@
 //!   without a message. When a task of the
 //!   same client waits in line, the lock is handed to it instead, inside its acquire
 //!   script (one round trip from release to next holder; at most 8 times in a row, then
-//!   a release through Redis so that other clients' waiters get their chance).
+//!   a release through Redis so that other clients' waiters get their chance). The
+//!   release waits for that script's verdict — was the lock still its own? — for at
+//!   most 100 ms until the next in line picks it up and the response timeout after
+//!   that; a next in line that fails, is cancelled or is no longer polled cannot hold
+//!   it up longer. The release then goes through Redis and reports its answer, except
+//!   that a key found gone once the next in line's script was sent (and is lost to
+//!   view) counts as handed off, unless its lease may have run out.
 //! - **Watchdog**: without a `lease`, the lock is held with the client's watchdog lease
 //!   (30 s) and renewed every 10 s for as long as the guard lives; all locks of a
 //!   client are renewed in one pipelined round trip per tick.
@@ -219,7 +228,14 @@
 //! `wait` plus the response timeout. Acquired, the guard gets a `state::LockState`
 //! holding the turn; the watchdog renews it in batches; `release` hands off to the
 //! next task of the client or frees the key in Redis (reserving it for the waitlist's
-//! head), then passes the turn.
+//! head), then passes the turn. The hand-off's outcome comes back with the baton
+//! (`hand_off::Baton`): whether the taker's script found the lock still there, or that
+//! the taker gave it back — it went away before sending one, or its script failed and
+//! may not have run — and then the release goes through Redis and its answer says; the
+//! releaser waits for it at most the response timeout after the pick-up limit. A
+//! try-lock that finds the turn held by a task with no lock yet (still trying, or
+//! waiting for a holder elsewhere) attempts beside it (`turn::Turn::Beside`): no baton,
+//! and no turn for its guard.
 //!
 //! **More primitives** (read-write lock, semaphore, election) reuse the connection and
 //! notifications, the turn, the watchdog, fencing, the guard's life cycle and the

@@ -283,6 +283,10 @@ mod tests {
                 Instant::now() + Duration::from_secs(1),
             )
             .await
+            .and_then(|turn| match turn {
+                crate::turn::Turn::Taken(turn) => Some(turn),
+                crate::turn::Turn::Beside => None,
+            })
             .expect("a free turn");
         LockState::new(Instant::now(), lease, Some(turn), Label::unlabelled())
     }

@@ -2,7 +2,8 @@
 //!
 //! Before a task talks to Redis about a key it takes that key's turn in its client:
 //! a fair `tokio::sync::Mutex` per key, granted in arrival order. So within a client
-//! only the first in line ever competes in Redis, one release wakes one waiter,
+//! only the first in line ever competes in Redis (besides a try-lock, which does not
+//! line up: see [`Turn::Beside`]), one release wakes one waiter,
 //! and a task that releases and asks again at once lines up behind those already
 //! waiting: no barging, no starvation. The turn is held for as long as the lock is,
 //! and handed to the next waiter once Redis has confirmed the release, or as soon as
@@ -19,6 +20,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
@@ -65,14 +67,16 @@ pub(crate) struct HandOff {
 }
 
 impl HandOff {
-    pub(crate) async fn outcome(self) -> HandOffOutcome {
+    /// How it ended; a taker that picked the baton up is waited for at most `patience`
+    /// after the pick-up limit (see `BatonSlot::outcome`).
+    pub(crate) async fn outcome(self, patience: Duration) -> HandOffOutcome {
         let HandOff {
             turns,
             key,
             entry,
             pending,
         } = self;
-        let result = entry.baton.outcome(pending).await;
+        let result = entry.baton.outcome(pending, patience).await;
         // The waiters may all have left meanwhile: forget the key then.
         drop(entry);
         turns.forget_if_unused(&key);
@@ -81,6 +85,18 @@ impl HandOff {
 }
 
 type Turnstile = Arc<Entry>;
+
+/// What a task gets at a key's line.
+pub(crate) enum Turn {
+    /// The key's turn: within this client, this task alone talks to Redis about the key
+    /// (and may pick up a baton left for it).
+    Taken(LocalTurn),
+    /// A try-lock, let through beside a task that has the turn but holds no lock: one
+    /// attempt in Redis, no baton. A lock it gets holds no turn and is handed to nobody:
+    /// the task with the turn finds it busy in Redis and is woken by its release, like a
+    /// waiter of any other client.
+    Beside,
+}
 
 /// Every key some task of this client holds or waits for.
 #[derive(Default)]
@@ -96,14 +112,16 @@ impl std::fmt::Debug for Turns {
 
 impl Turns {
     /// Waits for `key`'s turn until `deadline`; `None` when it did not come in time.
-    /// With a deadline already past, takes the turn only if nobody holds or awaits it.
+    /// With a deadline already past (a try), takes the turn only if nobody holds or
+    /// awaits it; a try may still go to Redis [`Turn::Beside`] the turn, unless a task of
+    /// this client holds the lock (its lease not run out): Redis would refuse it too.
     /// A task waiting in line counts in `redlock_waiting` under `label`.
     pub(crate) async fn take_turn(
         self: &Arc<Self>,
         key: &str,
         label: &Label,
         deadline: Instant,
-    ) -> Option<LocalTurn> {
+    ) -> Option<Turn> {
         let turnstile = {
             let mut turnstiles = self.turnstiles.lock().unwrap_or_else(|e| e.into_inner());
             match turnstiles.get(key) {
@@ -123,10 +141,8 @@ impl Turns {
         };
         let guard = if Instant::now() >= deadline {
             match turnstile.turn.clone().try_lock_owned() {
-                Ok(guard) => Some(guard),
+                Ok(guard) => guard,
                 Err(_) => {
-                    // A holder of this client whose lease ran out must not refuse a
-                    // try-lock by itself: its turn goes on, and Redis decides.
                     let holder = turnstile
                         .holder
                         .lock()
@@ -134,28 +150,41 @@ impl Turns {
                         .as_ref()
                         .and_then(Weak::upgrade);
                     match holder {
-                        Some(holder) if holder.lease_ran_out() => {
+                        // Held by a task of this client: Redis would say busy.
+                        Some(holder) if !holder.lease_ran_out() => return None,
+                        // A holder of this client whose lease ran out must not refuse a
+                        // try-lock by itself: its turn goes on, and Redis decides.
+                        Some(holder) => {
                             holder.pass_turn();
-                            turnstile.turn.clone().try_lock_owned().ok()
+                            match turnstile.turn.clone().try_lock_owned() {
+                                Ok(guard) => guard,
+                                // Gone to a waiter in line.
+                                Err(_) => return Some(Turn::Beside),
+                            }
                         }
-                        _ => None,
+                        // The turn's task holds no lock: it is trying, or waiting for a
+                        // holder elsewhere (or for Redis to answer), and the key may be
+                        // free in Redis meanwhile. A try-lock asks Redis beside it rather
+                        // than be refused by a waiter that would get no sooner.
+                        None => return Some(Turn::Beside),
                     }
                 }
             }
         } else if let Ok(guard) = turnstile.turn.clone().try_lock_owned() {
             // Free, and nobody in line (the fair mutex gives a released turn to the
             // first waiter, never to a try): no timer, no count of waiters.
-            Some(guard)
+            guard
         } else {
             let _waiting = Waiting::count(&turnstile, label);
             tokio::time::timeout_at(deadline, wait_for_turn(&turnstile))
                 .await
-                .ok()
+                .ok()?
         };
         drop(turnstile);
-        // On failure `turn` is dropped without a guard, which still tidies the map.
-        turn.guard = Some(guard?);
-        Some(turn)
+        // On failure (any return above) `turn` is dropped without a guard, which still
+        // tidies the map.
+        turn.guard = Some(guard);
+        Some(Turn::Taken(turn))
     }
 
     /// Removes `key`'s entry if nothing but the map holds it: every handle is cloned
@@ -358,7 +387,29 @@ impl Drop for LocalTurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    impl Turn {
+        /// The turn, if taken (not a try let through beside it).
+        fn taken(self) -> Option<LocalTurn> {
+            match self {
+                Turn::Taken(turn) => Some(turn),
+                Turn::Beside => None,
+            }
+        }
+    }
+
+    /// A holder whose lease lasts.
+    struct Live;
+
+    impl Holder for Live {
+        fn gone(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(std::future::pending())
+        }
+        fn lease_ran_out(&self) -> bool {
+            false
+        }
+        fn pass_turn(&self) {}
+    }
 
     #[tokio::test]
     async fn turns_come_in_arrival_order_and_a_try_never_waits() {
@@ -368,8 +419,16 @@ mod tests {
         let first = turns
             .take_turn("k", &label, soon())
             .await
+            .and_then(Turn::taken)
             .expect("a free key");
-        // A try (deadline passed) does not wait for a held turn.
+        // A try (deadline passed) does not wait for a held turn: while its task holds no
+        // lock, the try goes to Redis beside it; once it holds one, the try is refused.
+        assert!(matches!(
+            turns.take_turn("k", &label, Instant::now()).await,
+            Some(Turn::Beside)
+        ));
+        let live = Arc::new(Live);
+        first.set_holder(Arc::downgrade(&live) as Weak<dyn Holder>);
         assert!(turns.take_turn("k", &label, Instant::now()).await.is_none());
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
@@ -379,6 +438,7 @@ mod tests {
                 let turn = turns
                     .take_turn("k", &Label::unlabelled(), soon())
                     .await
+                    .and_then(Turn::taken)
                     .expect("its turn");
                 order.lock().unwrap().push(n);
                 drop(turn);
@@ -419,6 +479,7 @@ mod tests {
         let first = turns
             .take_turn("k", &label, Instant::now() + Duration::from_secs(5))
             .await
+            .and_then(Turn::taken)
             .expect("a free key");
         // The first waiter takes the watch, then gives up while there is no holder yet.
         let quitter = tokio::spawn({
@@ -447,6 +508,6 @@ mod tests {
             .await
             .expect("nobody was called to watch the new holder")
             .unwrap();
-        assert!(turn.is_some());
+        assert!(turn.and_then(Turn::taken).is_some());
     }
 }

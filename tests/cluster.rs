@@ -402,3 +402,49 @@ async fn a_release_during_a_slot_migration_frees_the_lock() {
         .expect("the released lock should be free at once");
     next.release().await.unwrap();
 }
+
+// Issue 24: the watchdog renewed every lock of a client in one round that failed as a
+// whole when one slot was half-migrated (the extend script declared companion keys
+// the source did not have: TRYAGAIN for as long as the migration stalled), so a lock
+// in a healthy slot, on another node, was lost with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_migrated_slot_does_not_stop_the_renewal_of_other_locks() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    let client = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .watchdog_lease(Duration::from_secs(2))
+        .renew_every(Duration::from_millis(600))
+        .connect()
+        .await
+        .unwrap();
+    let (a, b) = ("acc:mig:a", "acc:mig:b");
+    assert_ne!(cluster.slot_of(a), cluster.slot_of(b), "two slots");
+    let guard_a = client.lock(a).acquire().await.unwrap();
+    let guard_b = client.lock(b).acquire().await.unwrap();
+    // An interrupted reshard: `b`'s slot MIGRATING/IMPORTING, no key moved.
+    let slot = cluster.slot_of(b);
+    let source = cluster.master_of(b).expect("a master serves b");
+    let target = (source + 1) % cluster.nodes.len();
+    cluster.start_migration(slot, source, target);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (lost_a, lost_b) = (guard_a.is_lost(), guard_b.is_lost());
+    // (An ASK redirection instead of a number once the key is gone from the source.)
+    let pttl_b = cluster.nodes[source].cli(&["PTTL", b]);
+    // Put the slot back where it was before anything is released (the release script
+    // declares every companion, which the migration would refuse for the response
+    // timeout).
+    for node in [target, source] {
+        let reply = cluster.nodes[node].cli(&["CLUSTER", "SETSLOT", &slot.to_string(), "STABLE"]);
+        assert_eq!(reply, "OK", "SETSLOT STABLE");
+    }
+    assert!(!lost_a, "the lock in a healthy slot was lost");
+    // `b` itself: its key is still on the source, so the extend script (which declares
+    // the lock key alone) runs there: renewed too, 3.5 s into a 2 s lease.
+    assert!(!lost_b, "the lock in the migrating slot was lost");
+    assert!(
+        pttl_b.parse::<i64>().is_ok_and(|ms| ms > 0),
+        "b's key on the source: PTTL {pttl_b}"
+    );
+    guard_a.release().await.unwrap();
+    guard_b.release().await.unwrap();
+}

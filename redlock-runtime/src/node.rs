@@ -88,6 +88,8 @@ pub(crate) struct Node {
     notifications: Arc<ReleaseNotifications>,
     waitlist: WaitlistTimings,
     response_timeout: Duration,
+    /// How long a renewal round may retry a slot that moves (see `renew_by_slot`).
+    renew_within: Duration,
     /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
     /// connection it is sent on.
     confirming: Option<Confirming>,
@@ -139,6 +141,7 @@ impl Node {
             notifications,
             waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
+            renew_within: (config.response_timeout * 3 / 4).min(config.renew_every / 2),
             confirming,
             publish_every_release: false,
         }
@@ -510,9 +513,10 @@ impl Node {
     }
 
     /// Each slot on its own: a slot that migrates, or a node that does not answer,
-    /// must not hold back the renewals of the locks elsewhere. Each within three
-    /// quarters of the response timeout, so that every answer is in before the caller
-    /// gives up on the whole round (`Masters::renew`).
+    /// must not hold back the renewals of the locks elsewhere. Each within
+    /// `renew_within`: before the caller gives up on the whole round (`Masters::renew`,
+    /// at the response timeout), and soon enough that the next round comes in time for
+    /// the locks elsewhere; a lock left unrenewed this round is tried again the next.
     async fn renew_by_slot(&self, locks: &[(&str, &str)], lease_ms: u64) -> Vec<Option<Verdict>> {
         let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
             std::collections::HashMap::new();
@@ -523,7 +527,7 @@ impl Node {
                 .push(index);
         }
         let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
-        let limit = self.response_timeout * 3 / 4;
+        let limit = self.renew_within;
         let replies = futures_util::future::join_all(groups.iter().map(|group| {
             let batch: Vec<(&str, &str)> = group.iter().map(|&index| locks[index]).collect();
             async move {

@@ -332,3 +332,40 @@ async fn a_lease_shortened_by_extend_wakes_the_same_clients_waiters() {
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();
 }
+
+/// With RedLock a waiter listens on every master, whichever its attempts marked
+/// contended: the shortened lease is announced on every master, as a release is.
+#[tokio::test]
+async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connect = || {
+        redlock_runtime::LockClient::builder_for(masters.iter().map(RedisServer::url)).connect()
+    };
+    let holder = connect().await.unwrap();
+    let waiter_client = connect().await.unwrap();
+    let guard = holder
+        .lock("shortened-redlock")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        waiter_client
+            .lock("shortened-redlock")
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    // RedLock keeps no waitlist: give the waiter time to find the lock busy and listen.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(guard);
+    drop(holder);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the waiter slept until its deadline on a key that had expired");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
+}

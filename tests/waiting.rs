@@ -2,7 +2,8 @@
 //! only a lock some attempt found busy is released with a message); a holder stuck past
 //! its lease does not hold up the next turn in its own client, even after the waiter
 //! that watched it gave up, or when the lock was handed to it by another task; an
-//! acquire dropped while it waits leaves no lock behind.
+//! acquire dropped while it waits leaves no lock behind; a lease cut short by `extend`
+//! is announced, so a holder that then dies costs its waiters only that lease.
 
 mod common;
 
@@ -365,6 +366,40 @@ async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
         .await
         .unwrap()
         .expect("the waiter slept until its deadline on a key that had expired");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
+}
+
+/// A semaphore's waiter was told when the first permit's lease ends: a permit cut
+/// short by `extend` (its holder then dead) is announced too.
+#[tokio::test]
+async fn a_permit_shortened_by_extend_is_announced_to_waiters() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter_client = client(&server).await;
+    let permit = holder
+        .semaphore("shortened-permit", 1)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        waiter_client
+            .semaphore("shortened-permit", 1)
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    // A semaphore keeps no waitlist: give the waiter time to find every permit taken.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    permit.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(permit);
+    drop(holder);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the waiter slept until its deadline on a permit that had expired");
     let took = started.elapsed();
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();

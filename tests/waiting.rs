@@ -264,6 +264,7 @@ async fn a_lease_shortened_by_extend_is_announced_to_waiters() {
         .expect("the waiter slept until its deadline on a key that had expired");
     // Within seconds of the short lease's end, not at the 12 s deadline (nor at 30 s).
     let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();
 }
@@ -297,6 +298,7 @@ async fn a_share_shortened_by_extend_is_announced_to_waiters() {
         .unwrap()
         .expect("the writer slept until its deadline on a key whose share had expired");
     let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();
 }
@@ -330,6 +332,7 @@ async fn a_lease_shortened_by_extend_wakes_the_same_clients_waiters() {
         .unwrap()
         .expect("the same client's waiter slept on the lease read before the extend");
     let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();
 }
@@ -367,6 +370,7 @@ async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
         .unwrap()
         .expect("the waiter slept until its deadline on a key that had expired");
     let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();
 }
@@ -401,6 +405,7 @@ async fn a_permit_shortened_by_extend_is_announced_to_waiters() {
         .unwrap()
         .expect("the waiter slept until its deadline on a permit that had expired");
     let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
     assert!(took < Duration::from_secs(6), "took {took:?}");
     next.release().await.unwrap();
 }

@@ -448,3 +448,45 @@ async fn a_half_migrated_slot_does_not_stop_the_renewal_of_other_locks() {
     guard_a.release().await.unwrap();
     guard_b.release().await.unwrap();
 }
+
+// Issue 24, on a cluster: the extend script declares the lock key alone and derives the
+// release channel and a share's holders from the eviction marker's name, in the lock's
+// slot; a lease (or a read lock's share) cut short is announced there by SPUBLISH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_shortened_by_extend_is_announced_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let waiter_client = cluster_client(&cluster).await;
+    for (key, read) in [("acc:short:lock", false), ("acc:short:share", true)] {
+        let holder = cluster_client(&cluster).await;
+        let request = if read {
+            holder.read_lock(key)
+        } else {
+            holder.lock(key)
+        };
+        let guard = request
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let waiting = tokio::spawn(
+            waiter_client
+                .lock(key)
+                .wait(Duration::from_secs(12))
+                .acquire(),
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        guard.extend(Duration::from_millis(300)).await.unwrap();
+        // The holder dies: nothing is released.
+        std::mem::forget(guard);
+        drop(holder);
+        let next = waiting
+            .await
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{key}: the waiter slept on an expired key: {error}"));
+        let took = started.elapsed();
+        println!("{key}: the waiter had the key {took:?} after it began to wait");
+        assert!(took < Duration::from_secs(6), "{key}: took {took:?}");
+        next.release().await.unwrap();
+    }
+}

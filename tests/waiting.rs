@@ -227,7 +227,10 @@ async fn until_someone_waits(server: &RedisServer, key: &str) {
         .unwrap()
         == 0
     {
-        assert!(std::time::Instant::now() < deadline, "nobody waits on {key}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nobody waits on {key}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -342,9 +345,8 @@ async fn a_lease_shortened_by_extend_wakes_the_same_clients_waiters() {
 #[tokio::test]
 async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let connect = || {
-        redlock_runtime::LockClient::builder_for(masters.iter().map(RedisServer::url)).connect()
-    };
+    let connect =
+        || redlock_runtime::LockClient::builder_for(masters.iter().map(RedisServer::url)).connect();
     let holder = connect().await.unwrap();
     let waiter_client = connect().await.unwrap();
     let guard = holder

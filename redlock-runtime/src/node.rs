@@ -9,8 +9,8 @@ use redis::{RedisResult, Value};
 
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
-use crate::connection::{slot_is_moving, while_slot_moves};
 use crate::connection::{Connection, slot_of};
+use crate::connection::{slot_is_moving, while_slot_moves};
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 

@@ -507,7 +507,7 @@ impl Node {
             let replies = self
                 .renew_pipeline(self.connection.clone(), locks, lease_ms)
                 .await?;
-            return Ok(replies.into_iter().map(|reply| verdict_of(reply)).collect());
+            return Ok(replies.into_iter().map(verdict_of).collect());
         }
         Ok(self.renew_by_slot(locks, lease_ms).await)
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
+use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
@@ -88,8 +89,9 @@ pub(crate) struct Node {
     notifications: Arc<ReleaseNotifications>,
     waitlist: WaitlistTimings,
     response_timeout: Duration,
-    /// How long a renewal round may retry a slot that moves (see `renew_by_slot`).
-    renew_within: Duration,
+    /// How long a renewal round goes on retrying a slot that moves (see
+    /// `renew_by_slot`).
+    renew_retries_for: Duration,
     /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
     /// connection it is sent on.
     confirming: Option<Confirming>,
@@ -141,7 +143,7 @@ impl Node {
             notifications,
             waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
-            renew_within: (config.response_timeout * 3 / 4).min(config.renew_every / 2),
+            renew_retries_for: (config.response_timeout * 3 / 4).min(config.renew_every / 2),
             confirming,
             publish_every_release: false,
         }
@@ -217,7 +219,7 @@ impl Node {
         &self,
         key: &str,
         waiter_id: Option<String>,
-        since: tokio::time::Instant,
+        since: Instant,
     ) -> (
         Listener,
         impl Future<Output = RedisResult<()>> + use<>,
@@ -513,10 +515,12 @@ impl Node {
     }
 
     /// Each slot on its own: a slot that migrates, or a node that does not answer,
-    /// must not hold back the renewals of the locks elsewhere. Each within
-    /// `renew_within`: before the caller gives up on the whole round (`Masters::renew`,
-    /// at the response timeout), and soon enough that the next round comes in time for
-    /// the locks elsewhere; a lock left unrenewed this round is tried again the next.
+    /// must not hold back the renewals of the locks elsewhere. A slot's answer is
+    /// awaited for three quarters of the response timeout, so that the others' are in
+    /// before the caller gives up on the whole round (`Masters::renew`); a slot that
+    /// moves is retried for `renew_retries_for` at most, so that the round ends in time
+    /// for the next one (the watchdog starts it once this one is over): a lock left
+    /// unrenewed this round is tried again the next.
     async fn renew_by_slot(&self, locks: &[(&str, &str)], lease_ms: u64) -> Vec<Option<Verdict>> {
         let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
             std::collections::HashMap::new();
@@ -527,11 +531,12 @@ impl Node {
                 .push(index);
         }
         let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
-        let limit = self.renew_within;
+        let answer_within = self.response_timeout * 3 / 4;
         let replies = futures_util::future::join_all(groups.iter().map(|group| {
             let batch: Vec<(&str, &str)> = group.iter().map(|&index| locks[index]).collect();
             async move {
-                tokio::time::timeout(limit, self.renew_slot(&batch, lease_ms, limit))
+                let renewed = self.renew_slot(&batch, lease_ms, self.renew_retries_for);
+                tokio::time::timeout(answer_within, renewed)
                     .await
                     .unwrap_or_else(|_| {
                         tracing::warn!(locks = batch.len(), "redlock.renew: no answer for a slot");
@@ -551,14 +556,15 @@ impl Node {
 
     /// The locks of one slot in one pipeline; a lock its node refused because the slot
     /// moves is tried again on its own (the cluster connection follows a lock that
-    /// moved), within `limit`.
+    /// moved). No retry starts after `retries_for`.
     async fn renew_slot(
         &self,
         batch: &[(&str, &str)],
         lease_ms: u64,
-        limit: Duration,
+        retries_for: Duration,
     ) -> Vec<Option<Verdict>> {
-        let replies = match while_slot_moves(limit, || {
+        let deadline = Instant::now() + retries_for;
+        let replies = match while_slot_moves(retries_for, || {
             self.renew_pipeline(self.connection.clone(), batch, lease_ms)
         })
         .await
@@ -573,13 +579,17 @@ impl Node {
         for (reply, &(key, owner)) in replies.into_iter().zip(batch) {
             renewed.push(match reply {
                 Err(error) if slot_is_moving(&error) => {
-                    match self.extend_within(limit, key, owner, lease_ms).await {
-                        Ok(verdict) => Some(verdict),
-                        Err(error) => {
-                            tracing::warn!(%error, %key, "redlock.renew failed: the slot moves");
-                            None
-                        }
-                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let retried = if left.is_zero() {
+                        Err(error)
+                    } else {
+                        self.extend_within(left, key, owner, lease_ms).await
+                    };
+                    retried
+                        .inspect_err(|error| {
+                            tracing::warn!(%error, %key, "redlock.renew failed: the slot moves")
+                        })
+                        .ok()
                 }
                 other => verdict_of(other),
             });

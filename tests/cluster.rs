@@ -419,6 +419,7 @@ async fn a_half_migrated_slot_does_not_stop_the_renewal_of_other_locks() {
         .unwrap();
     let (a, b) = ("acc:mig:a", "acc:mig:b");
     assert_ne!(cluster.slot_of(a), cluster.slot_of(b), "two slots");
+    assert_ne!(cluster.master_of(a), cluster.master_of(b), "two nodes");
     let guard_a = client.lock(a).acquire().await.unwrap();
     let guard_b = client.lock(b).acquire().await.unwrap();
     // An interrupted reshard: `b`'s slot MIGRATING/IMPORTING, no key moved.
@@ -430,13 +431,28 @@ async fn a_half_migrated_slot_does_not_stop_the_renewal_of_other_locks() {
     let (lost_a, lost_b) = (guard_a.is_lost(), guard_b.is_lost());
     // (An ASK redirection instead of a number once the key is gone from the source.)
     let pttl_b = cluster.nodes[source].cli(&["PTTL", b]);
-    // Put the slot back where it was before anything is released (the release script
-    // declares every companion, which the migration would refuse for the response
-    // timeout).
-    for node in [target, source] {
-        let reply = cluster.nodes[node].cli(&["CLUSTER", "SETSLOT", &slot.to_string(), "STABLE"]);
-        assert_eq!(reply, "OK", "SETSLOT STABLE");
-    }
+    // The reshard goes on with `b` itself: its renewals follow it to the target (ASK).
+    let moved = cluster.migrate_keys(slot, source, target, |key| key == b);
+    assert_eq!(moved, [b]);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (lost_a_later, lost_b_later) = (guard_a.is_lost(), guard_b.is_lost());
+    // (The importing target answers a key of the slot only after ASKING.)
+    let mut on_target = redis::Client::open(cluster.nodes[target].url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (pttl_b_moved,): (i64,) = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("PTTL")
+        .arg(b)
+        .query_async(&mut on_target)
+        .await
+        .unwrap();
+    // The reshard ends before anything is released (the release script declares every
+    // companion, which the migration would refuse for the response timeout).
+    cluster.finish_migration(slot, source, target);
     assert!(!lost_a, "the lock in a healthy slot was lost");
     // `b` itself: its key is still on the source, so the extend script (which declares
     // the lock key alone) runs there: renewed too, 3.5 s into a 2 s lease.
@@ -444,6 +460,13 @@ async fn a_half_migrated_slot_does_not_stop_the_renewal_of_other_locks() {
     assert!(
         pttl_b.parse::<i64>().is_ok_and(|ms| ms > 0),
         "b's key on the source: PTTL {pttl_b}"
+    );
+    // Then moved to the target, 2.5 s (more than its lease) before: renewed there.
+    assert!(!lost_a_later, "the lock in a healthy slot was lost later");
+    assert!(!lost_b_later, "the lock moved to the target was lost");
+    assert!(
+        pttl_b_moved > 0,
+        "b's key on the target: PTTL {pttl_b_moved}"
     );
     guard_a.release().await.unwrap();
     guard_b.release().await.unwrap();

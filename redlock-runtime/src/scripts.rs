@@ -624,8 +624,9 @@ return 1
 /// as a taken reservation announces its lease): waiters sleep until the end of the
 /// lease they were told, and a holder that shortens its lease and dies must cost them
 /// no more than the lease in force (guarantee 3). Only a contended lock (see
-/// [`CONTENDED`]) can have such waiters, and a key held in shares (its waiters mark
-/// nothing); the check costs an uncontended lock nothing.
+/// [`CONTENDED`]) can have such waiters, or a key held in shares (its waiters mark
+/// nothing), or on RedLock any lock (a waiter listens on masters its attempts may not
+/// have marked); an uncontended lock's extend stays `GET` and `PEXPIRE`.
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"

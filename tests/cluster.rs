@@ -402,3 +402,114 @@ async fn a_release_during_a_slot_migration_frees_the_lock() {
         .expect("the released lock should be free at once");
     next.release().await.unwrap();
 }
+
+// Issue 24: the watchdog renewed every lock of a client in one round that failed as a
+// whole when one slot was half-migrated (the extend script declared companion keys
+// the source did not have: TRYAGAIN for as long as the migration stalled), so a lock
+// in a healthy slot, on another node, was lost with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_migrated_slot_does_not_stop_the_renewal_of_other_locks() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    let client = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .watchdog_lease(Duration::from_secs(2))
+        .renew_every(Duration::from_millis(600))
+        .connect()
+        .await
+        .unwrap();
+    let (a, b) = ("acc:mig:a", "acc:mig:b");
+    assert_ne!(cluster.slot_of(a), cluster.slot_of(b), "two slots");
+    assert_ne!(cluster.master_of(a), cluster.master_of(b), "two nodes");
+    let guard_a = client.lock(a).acquire().await.unwrap();
+    let guard_b = client.lock(b).acquire().await.unwrap();
+    // An interrupted reshard: `b`'s slot MIGRATING/IMPORTING, no key moved.
+    let slot = cluster.slot_of(b);
+    let source = cluster.master_of(b).expect("a master serves b");
+    let target = (source + 1) % cluster.nodes.len();
+    cluster.start_migration(slot, source, target);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (lost_a, lost_b) = (guard_a.is_lost(), guard_b.is_lost());
+    // (An ASK redirection instead of a number once the key is gone from the source.)
+    let pttl_b = cluster.nodes[source].cli(&["PTTL", b]);
+    // The reshard goes on with `b` itself: its renewals follow it to the target (ASK).
+    let moved = cluster.migrate_keys(slot, source, target, |key| key == b);
+    assert_eq!(moved, [b]);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (lost_a_later, lost_b_later) = (guard_a.is_lost(), guard_b.is_lost());
+    // (The importing target answers a key of the slot only after ASKING.)
+    let mut on_target = redis::Client::open(cluster.nodes[target].url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (pttl_b_moved,): (i64,) = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("PTTL")
+        .arg(b)
+        .query_async(&mut on_target)
+        .await
+        .unwrap();
+    // The reshard ends before anything is released (the release script declares every
+    // companion, which the migration would refuse for the response timeout).
+    cluster.finish_migration(slot, source, target);
+    assert!(!lost_a, "the lock in a healthy slot was lost");
+    // `b` itself: its key is still on the source, so the extend script (which declares
+    // the lock key alone) runs there: renewed too, 3.5 s into a 2 s lease.
+    assert!(!lost_b, "the lock in the migrating slot was lost");
+    assert!(
+        pttl_b.parse::<i64>().is_ok_and(|ms| ms > 0),
+        "b's key on the source: PTTL {pttl_b}"
+    );
+    // Then moved to the target, 2.5 s (more than its lease) before: renewed there.
+    assert!(!lost_a_later, "the lock in a healthy slot was lost later");
+    assert!(!lost_b_later, "the lock moved to the target was lost");
+    assert!(
+        pttl_b_moved > 0,
+        "b's key on the target: PTTL {pttl_b_moved}"
+    );
+    guard_a.release().await.unwrap();
+    guard_b.release().await.unwrap();
+}
+
+// Issue 24, on a cluster: the extend script declares the lock key alone and derives the
+// release channel and a share's holders from the eviction marker's name, in the lock's
+// slot; a lease (or a read lock's share) cut short is announced there by SPUBLISH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_shortened_by_extend_is_announced_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let waiter_client = cluster_client(&cluster).await;
+    for (key, read) in [("acc:short:lock", false), ("acc:short:share", true)] {
+        let holder = cluster_client(&cluster).await;
+        let request = if read {
+            holder.read_lock(key)
+        } else {
+            holder.lock(key)
+        };
+        let guard = request
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let waiting = tokio::spawn(
+            waiter_client
+                .lock(key)
+                .wait(Duration::from_secs(12))
+                .acquire(),
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        guard.extend(Duration::from_millis(300)).await.unwrap();
+        // The holder dies: nothing is released.
+        std::mem::forget(guard);
+        drop(holder);
+        let next = waiting
+            .await
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{key}: the waiter slept on an expired key: {error}"));
+        let took = started.elapsed();
+        println!("{key}: the waiter had the key {took:?} after it began to wait");
+        assert!(took < Duration::from_secs(6), "{key}: took {took:?}");
+        next.release().await.unwrap();
+    }
+}

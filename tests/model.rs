@@ -32,7 +32,9 @@
 //!   through Redis); **leave waitlist** (a waiter gives up; LEAVE_WAITLIST runs in the
 //!   background and passes a reservation made for it meanwhile on);
 //! - **watchdog renewal**: EXTEND with the owner check (a failed one marks the lock
-//!   lost); a holder whose local lease estimate ran out **notices** (the client's turn
+//!   lost); in the settings that allow it, **extend** to a shorter lease (EXTEND with
+//!   the owner check, announcing the new lease, `T:<ms>`, when it shortens a contended
+//!   lock); a holder whose local lease estimate ran out **notices** (the client's turn
 //!   goes to its next task; the guard lives on, and its release finds the key not its
 //!   own);
 //! - **time passing**: key, reservation and registration expiry;
@@ -122,6 +124,13 @@
 //! `without_announcing_the_new_lease_a_waiter_sleeps_on_a_free_key` keeps the old
 //! behaviour as a broken variant (its counterexamples must still be found);
 //! `announcing_the_new_lease_keeps_waiters_awake` checks the fix with mixed leases.
+//!
+//! The same gap opened by `extend` (issue 24): a holder that cut its lease short and
+//! then overran it or died left waiters asleep until the longer lease they had been
+//! told. EXTEND now announces a lease it shortens on a contended lock;
+//! `without_announcing_a_shortened_lease_a_waiter_sleeps_on_a_free_key` keeps the gap
+//! checked, `announcing_a_shortened_lease_keeps_waiters_awake` checks the fix (and that
+//! announcing only on a contended lock suffices).
 
 use std::time::Instant;
 
@@ -164,6 +173,13 @@ struct Protocol {
     /// a reservation taken, `T:<ms>`, and one published by a hand-off, tell the new
     /// holder's lease; a waiter sleeps no longer than that.
     announce_lease: bool,
+    /// With `Some(lease)`, a holder may `extend` its lease to this shorter one (a
+    /// fixed lease cut short, as `LockGuard::extend` can).
+    extend_to: Option<Tick>,
+    /// The protocol's fix for a lease shortened by `extend` (off only in
+    /// `without_announcing_a_shortened_lease_a_waiter_sleeps_on_a_free_key`): EXTEND
+    /// publishes `T:<ms>` with the new lease when it shortens a contended lock.
+    announce_extend: bool,
     grace: Tick,
     /// How long a registration outlives the holder's lease.
     slack: Tick,
@@ -353,6 +369,8 @@ enum Action {
     /// A waiter's wait runs out: it gives its place up (LEAVE_WAITLIST in the background).
     GiveUp(u8, u8),
     Renew(u8, u8),
+    /// `extend` to the shorter lease `extend_to`: EXTEND with the owner check.
+    Extend(u8, u8),
     /// Release, or hand the lock to the next task of the client.
     Release(u8, u8),
     /// A guard that knows its lock is lost is released (or dropped).
@@ -464,6 +482,8 @@ impl Protocol {
             clients: vec![vec![2, 2], vec![2]],
             rounds: 1,
             announce_lease: true,
+            extend_to: None,
+            announce_extend: true,
             grace: 1,
             slack: 1,
             max_time: 8,
@@ -799,9 +819,12 @@ impl Model for Protocol {
                         due = true;
                     }
                     Phase::Waiting { .. } => actions.push(Action::GiveUp(p, t)),
-                    Phase::Holding(_) => {
+                    Phase::Holding(guard) => {
                         actions.push(Action::Renew(p, t));
                         actions.push(Action::Release(p, t));
+                        if self.extend_to.is_some_and(|to| guard.exp > s.clock + to) {
+                            actions.push(Action::Extend(p, t));
+                        }
                     }
                     Phase::Stale { .. } => actions.push(Action::ReleaseStale(p, t)),
                 }
@@ -876,6 +899,33 @@ impl Model for Protocol {
                         *key_exp = exp;
                         guard.exp = exp;
                         s.task(p, t).phase = Phase::Holding(guard);
+                    }
+                    _ => {
+                        s.task(p, t).phase = Phase::Stale { id: guard.id };
+                        s.procs[p as usize].turn = None;
+                    }
+                }
+            }
+            Action::Extend(p, t) => {
+                let Phase::Holding(mut guard) = s.task(p, t).phase else {
+                    unreachable!()
+                };
+                let lease = self.extend_to.expect("extends only with a shorter lease");
+                let exp = s.clock + lease;
+                match &mut s.key {
+                    Key::Owned {
+                        by,
+                        exp: key_exp,
+                        contended,
+                    } if *by == guard.id => {
+                        // Waiters were told the old expiry: a shorter one is news.
+                        let announce = self.announce_extend && *contended && exp < *key_exp;
+                        *key_exp = exp;
+                        guard.exp = exp;
+                        s.task(p, t).phase = Phase::Holding(guard);
+                        if announce {
+                            s.publish(Message::Taken(lease));
+                        }
                     }
                     _ => {
                         s.task(p, t).phase = Phase::Stale { id: guard.id };
@@ -1466,4 +1516,55 @@ mod a_writer_leaves_the_line {
             assert!(path.is_some(), "{broken:?}: \"{property}\" holds");
         }
     }
+}
+
+/// A holder that cuts its lease short with `extend` and then dies (its process
+/// crashes: nothing is released): two clients, a 3-tick lease cut to 1; and a client
+/// with two tasks, so that the cut lease also reaches a task in line for the turn.
+fn shortened_leases(announce_extend: bool) -> [Protocol; 2] {
+    [
+        Protocol {
+            clients: vec![vec![3], vec![3]],
+            extend_to: Some(1),
+            announce_extend,
+            max_pauses: 0,
+            max_time: 6,
+            ..Protocol::two_clients(Broken::None)
+        },
+        Protocol {
+            clients: vec![vec![3, 3], vec![3]],
+            extend_to: Some(1),
+            announce_extend,
+            max_pauses: 0,
+            max_time: 6,
+            ..Protocol::two_clients(Broken::None)
+        },
+    ]
+}
+
+/// Issue 24: a holder that shortened its lease with `extend` and died left the waiters
+/// of other clients asleep until the end of the longer lease they had been told, on a
+/// key that had expired (a 30 s lease cut to 300 ms: a waiter slept until its 12 s
+/// deadline). The broken variant keeps that gap checked: its counterexample (attempt,
+/// busy; extend; crash; tick) must be found.
+#[test]
+fn without_announcing_a_shortened_lease_a_waiter_sleeps_on_a_free_key() {
+    let [two, in_line] = shortened_leases(false);
+    counterexample(two, "extend unannounced", "no forgotten waiter");
+    counterexample(
+        in_line,
+        "extend unannounced, a task in line",
+        "no forgotten waiter",
+    );
+}
+
+/// The fix (`scripts::EXTEND`): a lease that `extend` makes shorter than a contended
+/// lock's remaining time to live is announced (`T:<ms>`); a waiter then retries when
+/// it ends at the latest. (A task in line for its client's turn reads the holder's
+/// lease anew when it changes: `LockState`, modelled by the eager `settle`.)
+#[test]
+fn announcing_a_shortened_lease_keeps_waiters_awake() {
+    let [two, in_line] = shortened_leases(true);
+    explore(two, "extend announced").assert_properties();
+    explore(in_line, "extend announced, a task in line").assert_properties();
 }

@@ -2,7 +2,8 @@
 //! only a lock some attempt found busy is released with a message); a holder stuck past
 //! its lease does not hold up the next turn in its own client, even after the waiter
 //! that watched it gave up, or when the lock was handed to it by another task; an
-//! acquire dropped while it waits leaves no lock behind.
+//! acquire dropped while it waits leaves no lock behind; a lease cut short by `extend`
+//! is announced, so a holder that then dies costs its waiters only that lease.
 
 mod common;
 
@@ -213,4 +214,200 @@ async fn a_dropped_acquire_leaves_no_lock_behind() {
             .unwrap();
         guard.release().await.unwrap();
     }
+}
+
+/// Waits until a waiter of another client is on `key`'s waitlist: its attempt found
+/// the lock busy and told it the lease.
+async fn until_someone_waits(server: &RedisServer, key: &str) {
+    let mut redis = raw(server).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while redis
+        .zcard::<_, u64>(format!("redlock:waitlist:{key}"))
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nobody waits on {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Guarantee 3 for the lease in force: a holder that shortens its lease with `extend`
+/// and then dies (its guard never released, its client gone) costs the waiters that
+/// short lease, not the long one they were told when they found the lock busy.
+#[tokio::test]
+async fn a_lease_shortened_by_extend_is_announced_to_waiters() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter_client = client(&server).await;
+    let guard = holder
+        .lock("shortened")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        waiter_client
+            .lock("shortened")
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    until_someone_waits(&server, "shortened").await;
+    guard.extend(Duration::from_millis(300)).await.unwrap();
+    // The holder dies: nothing is released, the key expires with the 300 ms lease.
+    std::mem::forget(guard);
+    drop(holder);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the waiter slept until its deadline on a key that had expired");
+    // Within seconds of the short lease's end, not at the 12 s deadline (nor at 30 s).
+    let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
+}
+
+/// The same through a reader's share: the writer waiting behind a read lock was told
+/// when the last share ends; a reader that shortens its share and dies frees it then.
+#[tokio::test]
+async fn a_share_shortened_by_extend_is_announced_to_waiters() {
+    let server = RedisServer::start();
+    let reader = client(&server).await;
+    let writer_client = client(&server).await;
+    let share = reader
+        .read_lock("shortened-share")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        writer_client
+            .write_lock("shortened-share")
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    until_someone_waits(&server, "shortened-share").await;
+    share.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(share);
+    drop(reader);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the writer slept until its deadline on a key whose share had expired");
+    let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
+}
+
+/// And inside one client: a task in line for the client's turn behind a holder that
+/// shortened its lease and was then forgotten (never released) takes the key when
+/// that short lease ends, not when the long one read before the extend would have.
+#[tokio::test]
+async fn a_lease_shortened_by_extend_wakes_the_same_clients_waiters() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let guard = client
+        .lock("shortened-local")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        client
+            .lock("shortened-local")
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    // In line for the turn, asleep on the holder's 30 s lease.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(guard);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the same client's waiter slept on the lease read before the extend");
+    let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
+}
+
+/// With RedLock a waiter listens on every master, whichever its attempts marked
+/// contended: the shortened lease is announced on every master, as a release is.
+#[tokio::test]
+async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connect =
+        || redlock_runtime::LockClient::builder_for(masters.iter().map(RedisServer::url)).connect();
+    let holder = connect().await.unwrap();
+    let waiter_client = connect().await.unwrap();
+    let guard = holder
+        .lock("shortened-redlock")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        waiter_client
+            .lock("shortened-redlock")
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    // RedLock keeps no waitlist: give the waiter time to find the lock busy and listen.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(guard);
+    drop(holder);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the waiter slept until its deadline on a key that had expired");
+    let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
+}
+
+/// A semaphore's waiter was told when the first permit's lease ends: a permit cut
+/// short by `extend` (its holder then dead) is announced too.
+#[tokio::test]
+async fn a_permit_shortened_by_extend_is_announced_to_waiters() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter_client = client(&server).await;
+    let permit = holder
+        .semaphore("shortened-permit", 1)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let waiting = tokio::spawn(
+        waiter_client
+            .semaphore("shortened-permit", 1)
+            .wait(Duration::from_secs(12))
+            .acquire(),
+    );
+    // A semaphore keeps no waitlist: give the waiter time to find every permit taken.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    permit.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(permit);
+    drop(holder);
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the waiter slept until its deadline on a permit that had expired");
+    let took = started.elapsed();
+    println!("the waiter had the key {took:?} after it began to wait");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+    next.release().await.unwrap();
 }

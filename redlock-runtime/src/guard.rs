@@ -130,7 +130,9 @@ impl LockGuard {
     }
 
     /// Sets the lease to `lease` from now. In watchdog mode the watchdog keeps renewing
-    /// afterwards with the client's watchdog lease.
+    /// afterwards with the client's watchdog lease. A lease made shorter than what is
+    /// left is announced to the waiters, of other clients and of this one: should the
+    /// holder then die, they take the key when the shorter lease ends.
     pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
         let lease_ms = crate::limits::lease_millis(&self.key, lease)?;

@@ -592,9 +592,7 @@ impl Masters {
             return match tokio::time::timeout(self.response_timeout, node.renew(locks, lease_ms))
                 .await
             {
-                Ok(Ok(per_lock)) if per_lock.len() == locks.len() => {
-                    per_lock.into_iter().map(Some).collect()
-                }
+                Ok(Ok(per_lock)) if per_lock.len() == locks.len() => per_lock,
                 Ok(Err(error)) => {
                     tracing::warn!(%error, "redlock.renew failed");
                     vec![None; locks.len()]
@@ -632,7 +630,10 @@ impl Masters {
             match replies.next().await {
                 Some(Ok(Ok(Ok(per_lock)))) if per_lock.len() == locks.len() => {
                     for (count, one) in counts.iter_mut().zip(per_lock) {
-                        count.answer(one);
+                        match one {
+                            Some(verdict) => count.answer(verdict),
+                            None => count.silence(),
+                        }
                     }
                 }
                 Some(reply) => {

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
+use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
-use crate::connection::while_slot_moves;
 use crate::connection::{Connection, slot_of};
+use crate::connection::{slot_is_moving, while_slot_moves};
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 
@@ -84,6 +85,9 @@ pub(crate) struct Node {
     notifications: Arc<ReleaseNotifications>,
     waitlist: WaitlistTimings,
     response_timeout: Duration,
+    /// How long a renewal round goes on retrying a slot that moves (see
+    /// `renew_by_slot`).
+    renew_retries_for: Duration,
     /// Connections of their own for acquisitions confirmed by `WAIT`, which blocks the
     /// connection it is sent on.
     confirming: Option<Confirming>,
@@ -137,6 +141,7 @@ impl Node {
             notifications,
             waitlist: WaitlistTimings::from_config(config),
             response_timeout: config.response_timeout,
+            renew_retries_for: (config.response_timeout * 3 / 4).min(config.renew_every / 2),
             confirming,
             publish_every_release: false,
         }
@@ -212,7 +217,7 @@ impl Node {
         &self,
         key: &str,
         waiter_id: Option<String>,
-        since: tokio::time::Instant,
+        since: Instant,
     ) -> (
         Listener,
         impl Future<Output = RedisResult<()>> + use<>,
@@ -407,30 +412,58 @@ impl Node {
         Ok(keys)
     }
 
-    /// Compare-and-expire.
+    /// Compare-and-expire; a lease made shorter is announced to the waiters (see
+    /// `scripts::EXTEND`).
     pub(crate) async fn extend(
         &self,
         key: &str,
         owner: &str,
         lease_ms: u64,
     ) -> RedisResult<Verdict> {
-        while_slot_moves(self.response_timeout, || {
+        self.extend_within(self.response_timeout, key, owner, lease_ms)
+            .await
+    }
+
+    /// [`Node::extend`], retried for at most `limit` while the key's slot moves.
+    async fn extend_within(
+        &self,
+        limit: Duration,
+        key: &str,
+        owner: &str,
+        lease_ms: u64,
+    ) -> RedisResult<Verdict> {
+        while_slot_moves(limit, || {
             let mut connection = self.connection.clone();
-            let forced = self.connection.forced_key(key);
-            let holders = self.connection.holders_key(key);
+            let (keys, args) = self.extend_call(key, owner, lease_ms);
             async move {
-                scripts::EXTEND
-                    .key(key)
-                    .key(forced)
-                    .key(holders)
-                    .arg(owner)
-                    .arg(lease_ms)
-                    .invoke_async(&mut connection)
-                    .await
+                let mut invocation = scripts::EXTEND.prepare_invoke();
+                invocation.key(keys).arg(args);
+                invocation.invoke_async(&mut connection).await
             }
         })
         .await
         .map(Verdict::of_reply)
+    }
+
+    /// The extend script's KEYS and ARGV for one lock (see `scripts::EXTEND`): on a
+    /// cluster only the lock key is declared, so that a lock in a slot that migrates
+    /// is still renewed on the node that holds it.
+    fn extend_call(&self, key: &str, owner: &str, lease_ms: u64) -> (Vec<String>, Vec<String>) {
+        let forced = self.connection.forced_key(key);
+        let announce_every = if self.publish_every_release { "1" } else { "" };
+        let mut keys = vec![key.to_owned()];
+        let mut args = vec![
+            owner.to_owned(),
+            lease_ms.to_string(),
+            self.connection.publish_command().to_owned(),
+            announce_every.to_owned(),
+        ];
+        if self.connection.is_cluster() {
+            args.push(forced);
+        } else {
+            keys.push(forced);
+        }
+        (keys, args)
     }
 
     /// Raises the fencing counter of `key` on this server to at least `token`, and
@@ -448,25 +481,31 @@ impl Node {
     }
 
     /// Renews many locks in one pipelined round trip (on a cluster, one per slot in
-    /// use, sent concurrently: a pipeline may not cross slots).
+    /// use, sent concurrently: a pipeline may not cross slots). Per lock, its verdict,
+    /// or `None` when its renewal failed while others' went through (on a cluster, its
+    /// slot moving or its node not answering). `Err` when nothing was renewed.
     pub(crate) async fn renew(
         &self,
         locks: &[(&str, &str)],
         lease_ms: u64,
-    ) -> RedisResult<Vec<Verdict>> {
-        let replies = if !self.connection.is_cluster() {
-            self.renew_pipeline(self.connection.clone(), locks, lease_ms)
-                .await
-        } else {
-            while_slot_moves(self.response_timeout, || {
-                self.renew_by_slot(locks, lease_ms)
-            })
-            .await
-        };
-        Ok(replies?.into_iter().map(Verdict::of_reply).collect())
+    ) -> RedisResult<Vec<Option<Verdict>>> {
+        if !self.connection.is_cluster() {
+            let replies = self
+                .renew_pipeline(self.connection.clone(), locks, lease_ms)
+                .await?;
+            return Ok(replies.into_iter().map(verdict_of).collect());
+        }
+        Ok(self.renew_by_slot(locks, lease_ms).await)
     }
 
-    async fn renew_by_slot(&self, locks: &[(&str, &str)], lease_ms: u64) -> RedisResult<Vec<i64>> {
+    /// Each slot on its own: a slot that migrates, or a node that does not answer,
+    /// must not hold back the renewals of the locks elsewhere. A slot's answer is
+    /// awaited for three quarters of the response timeout, so that the others' are in
+    /// before the caller gives up on the whole round (`Masters::renew`); a slot that
+    /// moves is retried for `renew_retries_for` at most, so that the round ends in time
+    /// for the next one (the watchdog starts it once this one is over): a lock left
+    /// unrenewed this round is tried again the next.
+    async fn renew_by_slot(&self, locks: &[(&str, &str)], lease_ms: u64) -> Vec<Option<Verdict>> {
         let mut by_slot: std::collections::HashMap<u16, Vec<usize>> =
             std::collections::HashMap::new();
         for (index, (key, _)) in locks.iter().enumerate() {
@@ -476,53 +515,117 @@ impl Node {
                 .push(index);
         }
         let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
+        let answer_within = self.response_timeout * 3 / 4;
         let replies = futures_util::future::join_all(groups.iter().map(|group| {
             let batch: Vec<(&str, &str)> = group.iter().map(|&index| locks[index]).collect();
-            let connection = self.connection.clone();
-            async move { self.renew_pipeline(connection, &batch, lease_ms).await }
+            async move {
+                let renewed = self.renew_slot(&batch, lease_ms, self.renew_retries_for);
+                tokio::time::timeout(answer_within, renewed)
+                    .await
+                    .unwrap_or_else(|_| {
+                        tracing::warn!(locks = batch.len(), "redlock.renew: no answer for a slot");
+                        vec![None; batch.len()]
+                    })
+            }
         }))
         .await;
-        let mut renewed = vec![0; locks.len()];
+        let mut renewed = vec![None; locks.len()];
         for (group, reply) in groups.iter().zip(replies) {
-            for (&index, one) in group.iter().zip(reply?) {
+            for (&index, one) in group.iter().zip(reply) {
                 renewed[index] = one;
             }
         }
-        Ok(renewed)
+        renewed
     }
 
-    /// One pipeline of the extend script, one call per lock: 1 renewed, 0 gone, -1
-    /// evicted (see [`Verdict::of_reply`]).
+    /// The locks of one slot in one pipeline; a lock its node refused because the slot
+    /// moves is tried again on its own (the cluster connection follows a lock that
+    /// moved). No retry starts after `retries_for`.
+    async fn renew_slot(
+        &self,
+        batch: &[(&str, &str)],
+        lease_ms: u64,
+        retries_for: Duration,
+    ) -> Vec<Option<Verdict>> {
+        let deadline = Instant::now() + retries_for;
+        let replies = match while_slot_moves(retries_for, || {
+            self.renew_pipeline(self.connection.clone(), batch, lease_ms)
+        })
+        .await
+        {
+            Ok(replies) => replies,
+            Err(error) => {
+                tracing::warn!(%error, locks = batch.len(), "redlock.renew failed for a slot");
+                return vec![None; batch.len()];
+            }
+        };
+        let mut renewed = Vec::with_capacity(batch.len());
+        for (reply, &(key, owner)) in replies.into_iter().zip(batch) {
+            renewed.push(match reply {
+                Err(error) if slot_is_moving(&error) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let retried = if left.is_zero() {
+                        Err(error)
+                    } else {
+                        self.extend_within(left, key, owner, lease_ms).await
+                    };
+                    retried
+                        .inspect_err(|error| {
+                            tracing::warn!(%error, %key, "redlock.renew failed: the slot moves")
+                        })
+                        .ok()
+                }
+                other => verdict_of(other),
+            });
+        }
+        renewed
+    }
+
+    /// One pipeline of the extend script, one call per lock, each answered on its own:
+    /// 1 renewed, 0 gone, -1 evicted (see [`Verdict::of_reply`]), or the error that
+    /// call met. `Err` when the pipeline as a whole got no answer.
     async fn renew_pipeline(
         &self,
         mut connection: Connection,
         locks: &[(&str, &str)],
         lease_ms: u64,
-    ) -> RedisResult<Vec<i64>> {
+    ) -> RedisResult<Vec<RedisResult<i64>>> {
         let mut pipeline = redis::pipe();
+        pipeline.ignore_errors();
         for (key, owner) in locks {
+            let (keys, args) = self.extend_call(key, owner, lease_ms);
             pipeline
                 .cmd("EVALSHA")
                 .arg(scripts::EXTEND.get_hash())
-                .arg(3)
-                .arg(*key)
-                .arg(self.connection.forced_key(key))
-                .arg(self.connection.holders_key(key))
-                .arg(*owner)
-                .arg(lease_ms);
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
         }
-        match pipeline.query_async(&mut connection).await {
-            Err(error)
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                // Redis restarted (or flushed its scripts): load it, then renew once more.
-                scripts::EXTEND
-                    .prepare_invoke()
-                    .load_async(&mut connection)
-                    .await?;
-                pipeline.query_async(&mut connection).await
-            }
-            other => other,
+        let replies: Vec<RedisResult<i64>> = pipeline.query_async(&mut connection).await?;
+        let no_script = |reply: &RedisResult<i64>| {
+            reply.as_ref().is_err_and(|error| {
+                error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+            })
+        };
+        if replies.iter().any(no_script) {
+            // Redis restarted (or flushed its scripts): load it, then renew once more.
+            scripts::EXTEND
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await?;
+            return pipeline.query_async(&mut connection).await;
+        }
+        Ok(replies)
+    }
+}
+
+/// One lock's renewal reply as a verdict; `None` (logged) when it failed.
+fn verdict_of(reply: RedisResult<i64>) -> Option<Verdict> {
+    match reply {
+        Ok(reply) => Some(Verdict::of_reply(reply)),
+        Err(error) => {
+            tracing::warn!(%error, "redlock.renew failed for a lock");
+            None
         }
     }
 }

@@ -58,7 +58,8 @@ pub(crate) enum Release {
     /// The key is reserved for another client's waiter: wait (a little, in case it died).
     ForAnother,
     /// A reserved key was taken (or handed off), with the new holder's lease when
-    /// the message says it: keep waiting, but not past that lease.
+    /// the message says it, or its holder cut its lease short with `extend`: keep
+    /// waiting, but not past that lease.
     Taken(Option<Duration>),
     /// The holder released early but keeps the key this much longer (`hold_at_least`):
     /// try when that ends.

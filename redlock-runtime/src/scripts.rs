@@ -304,9 +304,15 @@ const OWNER_PATTERN: &str = "%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%
 /// is in the lock's slot, as if declared). Companions used only off the common path
 /// are derived rather than sent: fewer arguments to build, send and read on every call.
 fn companion_of(lock: &str, waitlist: &str, prefix: &str) -> String {
+    companion_from(lock, waitlist, WAITLIST_PREFIX, prefix)
+}
+
+/// Lua for the companion of `lock` named `prefix` + lock, derived from another of its
+/// companions, `sibling`, named `sibling_prefix` + lock (see [`companion_of`]).
+fn companion_from(lock: &str, sibling: &str, sibling_prefix: &str, prefix: &str) -> String {
     format!(
-        "(string.sub({waitlist}, 1, #{waitlist} - #{lock} - {waitlist_prefix}) .. '{prefix}' .. {lock})",
-        waitlist_prefix = WAITLIST_PREFIX.len(),
+        "(string.sub({sibling}, 1, #{sibling} - #{lock} - {skip}) .. '{prefix}' .. {lock})",
+        skip = sibling_prefix.len(),
     )
 }
 
@@ -670,32 +676,72 @@ return 1
     ))
 });
 
-/// KEYS: lock, eviction marker, holders (of a key held in shares). ARGV: owner token,
-/// new lease in ms. Returns 1 when extended, 0 when not ours, -1 when force-unlocked
-/// (see [`GONE`]). The watchdog's renewals run it too, pipelined. A share's lease is its
-/// own score in the holders set; the key then lasts as long as the longest share.
+/// KEYS: lock, and off a cluster its eviction marker. ARGV: owner token, new lease in
+/// ms, publish command, "1" to announce every shortened lease (RedLock: see `Node`),
+/// and on a cluster the eviction marker's name. The release channel and the holders
+/// (of a key held in shares) are derived from the marker (see [`companion_of`]).
+/// Returns 1 when extended, 0 when not ours, -1 when force-unlocked (see [`GONE`]). The
+/// watchdog's renewals run it too, pipelined. A share's lease is its own score in the
+/// holders set; the key then lasts as long as the longest share.
+///
+/// On a cluster only the lock key is declared: while its slot migrates with the lock
+/// still on the source node, a script declaring companions that do not exist there is
+/// refused whole (`TRYAGAIN`, for as long as the migration stalls), whereas this one
+/// runs. It can touch an undeclared companion that has moved only off the common path,
+/// and there the first touch of one is a read before any write: the script fails
+/// whole, never half-way.
+///
+/// A lease made shorter than the key's remaining time to live is announced (`T:<ms>`,
+/// as a taken reservation announces its lease): waiters sleep until the end of the
+/// lease they were told, and a holder that shortens its lease and dies must cost them
+/// no more than the lease in force (guarantee 3). Only a contended lock (see
+/// [`CONTENDED`]) can have such waiters, or a key held in shares (its waiters mark
+/// nothing), or on RedLock any lock (a waiter listens on masters its attempts may not
+/// have marked); an uncontended lock's extend stays `GET` and `PEXPIRE`.
 pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 local value = redis.pcall('GET', KEYS[1])
 if {ours} then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[4] == '1' or string.find(value, '^%S+ %d+ %d+{CONTENDED}') then
+    local before = redis.call('PTTL', KEYS[1])
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if before > tonumber(ARGV[2]) then
+      local forced = KEYS[2] or ARGV[5]
+      redis.call(ARGV[3], {channel}, 'T:' .. ARGV[2])
+    end
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   return 1
 end
 -- Defined only off the common path: each definition costs every run that makes it.
+local forced = KEYS[2] or ARGV[5]
 {GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}
 if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
+  local holders = {holders}
   local ms = server_ms()
-  local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  local score = redis.call('ZSCORE', holders, ARGV[1])
   if score and tonumber(score) > ms then
-    redis.call('ZADD', KEYS[3], 'XX', ms + tonumber(ARGV[2]), ARGV[1])
-    settle_shares(KEYS[1], KEYS[3], ms)
+    local before = redis.call('PTTL', KEYS[1])
+    local ends = ms + tonumber(ARGV[2])
+    redis.call('ZADD', holders, 'XX', ends, ARGV[1])
+    local rest = settle_shares(KEYS[1], holders, ms)
+    -- A read lock's waiters were told when the last share ends; a semaphore's, when
+    -- the first one does.
+    if (value == 'shared:0' and rest < before) or (value ~= 'shared:0' and ends < tonumber(score)) then
+      local lease = rest
+      if value ~= 'shared:0' then lease = ARGV[2] end
+      redis.call(ARGV[3], {channel}, 'T:' .. lease)
+    end
     return 1
   end
 end
-return gone(KEYS[2], ARGV[1])
+return gone(forced, ARGV[1])
 "#,
         ours = owned_by("value", "ARGV[1]"),
+        channel = companion_from("KEYS[1]", "forced", FORCED_PREFIX, RELEASE_CHANNEL_PREFIX),
+        holders = companion_from("KEYS[1]", "forced", FORCED_PREFIX, HOLDERS_PREFIX),
     ))
 });
 

@@ -99,12 +99,20 @@ impl LockState {
         let ours = self.nanos_after_origin(sent_at, lease);
         let mut expiry = self.expiry();
         let alone = ticket > expiry.contended_upto;
+        let before = expiry.nanos;
         expiry.nanos = if confirmed && alone {
             ours
         } else {
             expiry.nanos.min(ours)
         };
         expiry.in_flight -= 1;
+        let shortened = expiry.nanos < before;
+        drop(expiry);
+        if shortened {
+            // `lost()` sleeps until the expiry it read: this client's waiters (in line
+            // for the turn behind this holder) must not sleep past the new one.
+            self.lost.send_modify(|_| {});
+        }
     }
 
     pub(crate) fn expires_at(&self) -> Instant {

@@ -2,6 +2,9 @@
 //!
 //! One task per client, started with its first such lock, renews every lock the
 //! client holds in one pipelined round trip per tick: not a task and a timer per lock.
+//! On a cluster it is one pipeline per slot, each answered on its own: a slot that
+//! migrates or a node that does not answer leaves only its own locks unrenewed for
+//! that tick (see `Node::renew`).
 //! A lock the renewal finds gone, or that could not be renewed before its lease ran
 //! out, is marked lost. Each lock's renewal counts in the metrics, kept or failed.
 

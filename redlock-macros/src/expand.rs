@@ -514,6 +514,17 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
         }
     };
 
+    // The body is a block inside the async block (its own scope: a `use` in it shadows
+    // nothing the expansion names). As the tail of another block, a one-line body such
+    // as `{ save(id).await }` is what rustc's `unused_braces` lints ("unnecessary braces
+    // around block return value"), on the user's braces, with a fix that removes them and
+    // breaks the function. The braces' span keeps their location but belongs to the
+    // expansion (call-site hygiene, which braces do not use), and rustc lints no braces
+    // that come from an expansion. Only the braces: every token inside keeps its own
+    // span, so the user's code is linted as before. tests/ui/pass/no_warnings.rs.
+    let mut body = body.clone();
+    body.set_span(Span::call_site().located_at(body.span()));
+
     quote! {
         #(#attrs)*
         #vis #sig {

@@ -39,7 +39,7 @@ use proc_macro::TokenStream;
 ///
 /// | Argument | Value | Default | Meaning |
 /// |---|---|---|---|
-/// | `key` | string template, **required** | — | The lock's Redis key. `<name>` is replaced by the parameter `name` (`self` included), `<name.field.0>` by a field of one, each formatted with `Display`. `<<` and `>>` write a literal `<` and `>`; everything else is literal, so `"order:{<id>}"` keeps `{…}` as a Redis Cluster hash tag. |
+/// | `key` | string template, **required** | — | The lock's Redis key. `<name>` is replaced by the parameter `name` (`self` included), `<name.field.0>` by a field of one, each formatted with `Display`. `<<` and `>>` write a literal `<` and `>`; everything else is literal, so `"order:{<id>}"` keeps `{…}` as a Redis Cluster hash tag. Not a `format!` string: `{id}` naming a parameter is a compile error (it would be the literal text `{id}`, one key for every call) that shows both fixes, `<id>` and `{<id>}`; a `{…}` naming no parameter is a literal hash tag. |
 /// | `wait` | duration string | `"0s"` | How long to wait for the lock; `"0s"` makes one attempt. On timeout the body does not run and the function returns the `LockError` (`is_busy()`), or `Ok(None)` with `on_busy = "skip"`. Whole milliseconds. |
 /// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. At least 1 ms, whole milliseconds (Redis's resolution). |
 /// | `hold_at_least` | duration string | none | Keeps the lock at least this long even if the body finishes sooner (e.g. to rate-limit a job). Must not exceed `lease` when both are given. |

@@ -83,7 +83,10 @@ use proc_macro::TokenStream;
 /// a `mode = "read"` call inside a write (or plain) lock of the key re-enters the write
 /// lock. A write requested while the task holds only a *read* lock of the key cannot be
 /// granted without deadlocking on itself: it fails at once with a `LockError`, without
-/// waiting.
+/// waiting. The nested call's own `on_lost` applies to the lock it re-enters: with
+/// `"abort"` (the default) it returns `LockError::Lost` without running its body when
+/// that lock is already lost (an enclosing `on_lost = "continue"` call outlived its
+/// lease), and stops its body when the lock is lost while it runs.
 ///
 /// The attribute works on free functions, methods (`&self`, `&mut self`,
 /// `self: Arc<Self>`), generic functions, `impl Trait` parameters and `async fn` in

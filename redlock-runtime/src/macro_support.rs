@@ -6,6 +6,9 @@
 //! that records the lock (and, through a parent link, the locks of the calls around
 //! it). A nested annotated call on the same key with the same client finds it there and
 //! runs without touching Redis; the lock is released when the outermost call returns.
+//! Re-entering is not holding: the nested call's own `on_lost` governs the lock it
+//! enters, which may already be lost (an enclosing `on_lost = "continue"` call that
+//! outlived its lease), see `reenter`.
 //! The scope covers the holder's call tree: futures the body awaits or joins (`join!`,
 //! `select!`) run under it; tasks it spawns do not, and wait for the lock like anyone.
 
@@ -334,7 +337,12 @@ where
     while let Some(held) = enclosing {
         if held.client_id == client.id() && held.key == key {
             match reentry(held.mode, spec.mode) {
-                Reentry::Enter => return into_result(body.await),
+                Reentry::Enter => {
+                    let state = held.state.clone();
+                    return reenter(state, key, spec.abort_on_lost, body, into_result)
+                        .await
+                        .map_err(from_lock_error)?;
+                }
                 Reentry::Refuse => {
                     return Err(from_lock_error(LockError::WouldDeadlock { key }));
                 }
@@ -405,6 +413,41 @@ where
         }
     }
     result
+}
+
+/// Runs a nested call's `body` under the lock held around it (`state`), which the
+/// nested call's own `on_lost` governs as if it had taken it. The enclosing call may be
+/// `on_lost = "continue"` and have outlived its lease: re-entering is not holding.
+/// With `on_lost = "abort"` a lock already lost (known gone, or its lease may have run
+/// out: the enclosing call's own knowledge, no round trip) fails the call with
+/// [`LockError::Lost`] before the body runs, and one lost while it runs stops it at its
+/// next `.await`, as for a lock of its own. With `"continue"` the body runs, and
+/// `current_lock().is_lost()` tells it, as it tells the enclosing body.
+async fn reenter<R, T, E, F>(
+    state: Option<Arc<LockState>>,
+    key: String,
+    abort_on_lost: bool,
+    body: F,
+    into_result: fn(R) -> Result<T, E>,
+) -> Result<Result<T, E>, LockError>
+where
+    F: Future<Output = R>,
+{
+    if !abort_on_lost {
+        return Ok(into_result(body.await));
+    }
+    let Some(state) = state.filter(|state| !state.is_lost()) else {
+        tracing::warn!(%key, "redlock: the enclosing call's lock was lost; the nested call does not run (on_lost = \"abort\")");
+        return Err(LockError::Lost { key });
+    };
+    tokio::select! {
+        biased;
+        result = body => Ok(into_result(result)),
+        () = state.lost() => {
+            tracing::warn!(%key, "redlock: lock lost; the nested call's body was stopped at its await point");
+            Err(LockError::Lost { key })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,10 +13,11 @@
 //! `select!`) run under it; tasks it spawns do not, and wait for the lock like anyone.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::client::LockClient;
+use crate::config::ClientConfig;
 use crate::error::LockError;
 use crate::state::LockState;
 
@@ -99,46 +100,145 @@ pub fn set_default_client(client: LockClient) {
 }
 
 /// The client `#[distributed_lock]` uses when it names none: the one given to
-/// [`set_default_client`], or else one connected once to `REDLOCK_URL`.
+/// [`set_default_client`], or else one connected once to `REDLOCK_URL`. Calls made
+/// while it connects share that one attempt.
 pub async fn default_client() -> Result<LockClient, LockError> {
-    default_client_for("").await
+    default_client_for("", None).await
 }
 
-async fn default_client_for(key: &str) -> Result<LockClient, LockError> {
-    if let Some(client) = DEFAULT_CLIENT
+/// How a connection attempt of the default client failed, for every call that shared
+/// it (each makes its own error, naming its own key).
+#[derive(Clone)]
+enum NoClient {
+    /// Redis cannot be reached (`is_unavailable`): the URL and the cause.
+    Unreachable(String),
+    /// Anything else (credentials, TLS, a feature missing): why.
+    Refused(String),
+}
+
+impl NoClient {
+    fn error(&self, key: &str) -> LockError {
+        match self {
+            NoClient::Unreachable(detail) => unreachable(key, detail.clone()),
+            NoClient::Refused(reason) => LockError::NoDefaultClient {
+                key: key.to_owned(),
+                reason: format!(
+                    "set_default_client was not called and REDLOCK_URL failed: {reason}"
+                ),
+            },
+        }
+    }
+}
+
+/// Redis is down, not misconfigured: said so (`is_unavailable`), naming the key.
+fn unreachable(key: &str, detail: String) -> LockError {
+    LockError::Redis {
+        key: key.to_owned(),
+        source: redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "the default client (REDLOCK_URL) cannot connect",
+            detail,
+        )),
+    }
+}
+
+/// One connection attempt of the default client: `None` until it ends.
+type Attempt = tokio::sync::watch::Receiver<Option<Result<LockClient, NoClient>>>;
+
+/// The attempt under way, if any. Calls that find none connected join it rather than
+/// queue for their own: N first calls against a Redis that never answers would
+/// otherwise return one connect timeout after another, the last after N of them.
+static ATTEMPT: Mutex<Option<Attempt>> = Mutex::new(None);
+
+fn set_default() -> Option<LockClient> {
+    DEFAULT_CLIENT
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
-    {
+}
+
+/// The default client for a call on `key` whose `wait` is given: it waits for the
+/// connection at most that long plus the response timeout, the bound of any call
+/// (`None`, [`default_client`]: until the attempt ends, which its connect timeouts
+/// bound). The attempt runs in a task of its own: a call that stops waiting (or is
+/// dropped) leaves it running, and a later call finds its client.
+async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockClient, LockError> {
+    if let Some(client) = set_default() {
         return Ok(client);
     }
-    // One connection attempt at a time; the others then find its client.
-    static CONNECTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _connecting = CONNECTING.lock().await;
-    if let Some(client) = DEFAULT_CLIENT
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-    {
-        return Ok(client);
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(LockError::NoDefaultClient {
+            key: key.to_owned(),
+            reason: "the default client connects in a tokio runtime, and none is running"
+                .to_owned(),
+        });
     }
-    let client = LockClient::from_env().await.map_err(|error| match error {
-        // Redis is down, not misconfigured: say so (`is_unavailable`), naming the key.
-        LockError::Connect { url, source } => LockError::Redis {
-            key: key.to_owned(),
-            source: redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the default client (REDLOCK_URL) cannot connect",
-                format!("{url}: {source}"),
-            )),
-        },
-        error => LockError::NoDefaultClient {
-            key: key.to_owned(),
-            reason: format!("set_default_client was not called and REDLOCK_URL failed: {error}"),
-        },
-    })?;
-    set_default_client(client.clone());
-    Ok(client)
+    let mut attempt = join_or_start_attempt();
+    // Ends with the attempt's outcome, or with its task dropped unfinished.
+    let ended = attempt.wait_for(Option::is_some);
+    match wait {
+        Some(wait) => {
+            let bound = wait + ClientConfig::default().response_timeout;
+            if tokio::time::timeout(bound, ended).await.is_err() {
+                return Err(unreachable(
+                    key,
+                    format!(
+                        "still connecting after {bound:?} (the call's wait plus the response \
+                         timeout)"
+                    ),
+                ));
+            }
+        }
+        None => drop(ended.await),
+    }
+    let outcome = attempt.borrow().clone();
+    match outcome {
+        Some(Ok(client)) => Ok(client),
+        Some(Err(failure)) => Err(failure.error(key)),
+        None => Err(unreachable(
+            key,
+            "the connection attempt ended without an outcome (its runtime shut down)".to_owned(),
+        )),
+    }
+}
+
+/// The attempt under way, or a new one (after a failure the next call tries again:
+/// Redis may be back).
+fn join_or_start_attempt() -> Attempt {
+    let mut slot = ATTEMPT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(client) = set_default() {
+        // Connected while this call looked: nothing to wait for.
+        return tokio::sync::watch::channel(Some(Ok(client))).1;
+    }
+    if let Some(attempt) = slot.as_ref() {
+        // Under way: not ended, and its task still there to end it.
+        if attempt.borrow().is_none() && attempt.has_changed().is_ok() {
+            return attempt.clone();
+        }
+    }
+    let (sender, attempt) = tokio::sync::watch::channel(None);
+    *slot = Some(attempt.clone());
+    let ours = attempt.clone();
+    tokio::spawn(async move {
+        let outcome = LockClient::from_env().await.map_err(|error| match error {
+            LockError::Connect { url, source } => NoClient::Unreachable(format!("{url}: {source}")),
+            error => NoClient::Refused(error.to_string()),
+        });
+        if let Ok(client) = &outcome {
+            // Before the waiters hear of it: a call that comes after finds it set.
+            set_default_client(client.clone());
+        }
+        let mut slot = ATTEMPT.lock().unwrap_or_else(|e| e.into_inner());
+        if slot
+            .as_ref()
+            .is_some_and(|attempt| attempt.same_channel(&ours))
+        {
+            *slot = None;
+        }
+        drop(slot);
+        sender.send_replace(Some(outcome));
+    });
+    attempt
 }
 
 /// Settings of one annotated function, from the attribute's literals.
@@ -330,7 +430,9 @@ where
     } = conversions;
     let client = match client {
         Some(client) => client,
-        None => default_client_for(&key).await.map_err(from_lock_error)?,
+        None => default_client_for(&key, Some(spec.wait))
+            .await
+            .map_err(from_lock_error)?,
     };
     let outer = HELD.try_with(Arc::clone).ok();
     let mut enclosing = outer.as_deref();

@@ -150,7 +150,7 @@ type Attempt = tokio::sync::watch::Receiver<Option<Result<LockClient, NoClient>>
 /// otherwise return one connect timeout after another, the last after N of them.
 static ATTEMPT: Mutex<Option<Attempt>> = Mutex::new(None);
 
-fn set_default() -> Option<LockClient> {
+fn default_if_set() -> Option<LockClient> {
     DEFAULT_CLIENT
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -163,7 +163,7 @@ fn set_default() -> Option<LockClient> {
 /// bound). The attempt runs in a task of its own: a call that stops waiting (or is
 /// dropped) leaves it running, and a later call finds its client.
 async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockClient, LockError> {
-    if let Some(client) = set_default() {
+    if let Some(client) = default_if_set() {
         return Ok(client);
     }
     if tokio::runtime::Handle::try_current().is_err() {
@@ -178,7 +178,7 @@ async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockCli
     let ended = attempt.wait_for(Option::is_some);
     match wait {
         Some(wait) => {
-            let bound = wait + ClientConfig::default().response_timeout;
+            let bound = wait.saturating_add(ClientConfig::default().response_timeout);
             if tokio::time::timeout(bound, ended).await.is_err() {
                 return Err(unreachable(
                     key,
@@ -206,7 +206,7 @@ async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockCli
 /// Redis may be back).
 fn join_or_start_attempt() -> Attempt {
     let mut slot = ATTEMPT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(client) = set_default() {
+    if let Some(client) = default_if_set() {
         // Connected while this call looked: nothing to wait for.
         return tokio::sync::watch::channel(Some(Ok(client))).1;
     }

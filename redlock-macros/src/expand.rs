@@ -224,6 +224,11 @@ fn key_expression(lit: &LitStr, sig: &Signature, errors: &mut Errors) -> TokenSt
     let parts = key::parse(lit, errors);
     let bindings = bindings(sig);
     let span = lit.span();
+    for braced in key::braced_names(&lit.value()) {
+        if let Some(message) = format_habit(lit, &braced, &bindings) {
+            errors.push(syn::Error::new(span, message));
+        }
+    }
     let mut format = String::new();
     let mut values = Vec::new();
     for part in &parts {
@@ -245,6 +250,44 @@ fn key_expression(lit: &LitStr, sig: &Signature, errors: &mut Errors) -> TokenSt
         let format = LitStr::new(&format, span);
         quote_spanned!(span=> ::redlock_runtime::__private::format!(#format, #(#values),*))
     }
+}
+
+/// `key = "order:{id}"` where `id` is a parameter: written as for `format!`, it would
+/// lock the literal key `order:{id}` on every call, serialising them all on one key.
+/// Refused with both fixes spelled out; a `{…}` naming no parameter is a hash tag.
+fn format_habit(
+    lit: &LitStr,
+    braced: &key::Braced,
+    bindings: &[(String, Binding)],
+) -> Option<String> {
+    let placeholder = &braced.placeholder;
+    let root = placeholder
+        .root
+        .strip_prefix("r#")
+        .unwrap_or(&placeholder.root);
+    let binding = bindings.iter().find(|(name, _)| name == root);
+    if !matches!(binding, Some((_, Binding::Param(_) | Binding::Receiver))) {
+        return None;
+    }
+    let template = lit.value();
+    let written = &template[braced.range.clone()];
+    let with = |replacement: &str| {
+        let mut key = template.clone();
+        key.replace_range(braced.range.clone(), replacement);
+        LitStr::new(&key, lit.span()).to_token_stream().to_string()
+    };
+    let path = &placeholder.text;
+    let value = format!("<{path}>");
+    let tag = format!("{{<{path}>}}");
+    Some(format!(
+        "`{written}` in the key is literal text, not the value of `{path}`: the key is not a \
+         `format!` string, so calls would lock {literal} as written, the same key whatever \
+         `{path}` is. Write `{value}` for the value: `key = {by_value}`; or `{tag}` to make the \
+         value a Redis Cluster hash tag: `key = {by_tag}`",
+        literal = lit.to_token_stream(),
+        by_value = with(&value),
+        by_tag = with(&tag),
+    ))
 }
 
 fn resolve(
@@ -513,6 +556,17 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
             return #never;
         }
     };
+
+    // The body is a block inside the async block (its own scope: a `use` in it shadows
+    // nothing the expansion names). As the tail of another block, a one-line body such
+    // as `{ save(id).await }` is what rustc's `unused_braces` lints ("unnecessary braces
+    // around block return value"), on the user's braces, with a fix that removes them and
+    // breaks the function. The braces' span keeps their location but belongs to the
+    // expansion (call-site hygiene, which braces do not use), and rustc lints no braces
+    // that come from an expansion. Only the braces: every token inside keeps its own
+    // span, so the user's code is linted as before. tests/ui/pass/no_warnings.rs.
+    let mut body = body.clone();
+    body.set_span(Span::call_site().located_at(body.span()));
 
     quote! {
         #(#attrs)*

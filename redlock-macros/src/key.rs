@@ -2,8 +2,10 @@
 //!
 //! `<name>` is a parameter, `<name.field.0>` a field path into one; `<<` and `>>` are a
 //! literal `<` and `>`; everything else, `{` and `}` included (Redis Cluster hash tags),
-//! is literal. Stable Rust cannot point inside a string literal, so every error spans the
-//! whole literal and says which part of it is wrong.
+//! is literal, except that `{name}` naming a parameter, the `format!` habit, is refused
+//! (`braced_names` finds them; `expand` knows the parameters). Stable Rust cannot point
+//! inside a string literal, so every error spans the whole literal and says which part of
+//! it is wrong.
 
 use syn::LitStr;
 
@@ -149,6 +151,48 @@ fn placeholder(inner: &str) -> Result<Placeholder, String> {
     })
 }
 
+/// `{id}` in a template: the `format!` habit, literal text here (a hash tag), found so
+/// that one naming a parameter can be refused (`expand` knows the parameters).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Braced {
+    /// Byte range of the braces and their contents in the template.
+    pub range: std::ops::Range<usize>,
+    /// What `format!` would have read between them: the name or field path, without a
+    /// format spec (`{id:?}` is `id`).
+    pub placeholder: Placeholder,
+}
+
+/// Every `{name}`, `{name.field}` or `{name:spec}` outside placeholders; `{{name}}`
+/// (`format!`'s escape for literal braces) is not one, nor is a tag holding anything else
+/// (`{<id>}`, `{tenant-7}`, `{}`).
+pub(crate) fn braced_names(template: &str) -> Vec<Braced> {
+    let bytes = template.as_bytes();
+    let mut out = Vec::new();
+    for (open, _) in template.match_indices('{') {
+        let rest = &template[open + 1..];
+        let Some(len) = rest.find(['{', '}']) else {
+            break;
+        };
+        if rest.as_bytes()[len] == b'{' {
+            continue;
+        }
+        let close = open + 1 + len;
+        let escaped = open > 0 && bytes[open - 1] == b'{' && bytes.get(close + 1) == Some(&b'}');
+        let inner = &rest[..len];
+        let name = inner.split_once(':').map_or(inner, |(name, _)| name);
+        if escaped || inner.contains(['<', '>']) {
+            continue;
+        }
+        if let Ok(placeholder) = placeholder(name) {
+            out.push(Braced {
+                range: open..close + 1,
+                placeholder,
+            });
+        }
+    }
+    out
+}
+
 /// An identifier or keyword (`r#type` is accepted too).
 fn is_identifier(s: &str) -> bool {
     let s = s.strip_prefix("r#").unwrap_or(s);
@@ -208,6 +252,41 @@ mod tests {
             parse_str("<<<id>>>").unwrap(),
             vec![text("<"), ph("id", vec![]), text(">")]
         );
+    }
+
+    #[test]
+    fn braced_names_are_the_format_habit() {
+        let found = |template: &str| -> Vec<(String, String)> {
+            braced_names(template)
+                .into_iter()
+                .map(|b| (template[b.range].to_string(), b.placeholder.text))
+                .collect()
+        };
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(found("order:{id}"), vec![pair("{id}", "id")]);
+        assert_eq!(
+            found("{order.id}:{self.n}:{id:?}"),
+            vec![
+                pair("{order.id}", "order.id"),
+                pair("{self.n}", "self.n"),
+                pair("{id:?}", "id")
+            ]
+        );
+        assert_eq!(found("a{{id}}b{x}"), vec![pair("{x}", "x")]);
+        assert_eq!(found("{{a}"), vec![pair("{a}", "a")]);
+        for none in [
+            "order:{<id>}",
+            "{tenant-7}:x",
+            "{}",
+            "{1}",
+            "{a b}",
+            "{",
+            "}{",
+            "{a",
+            "<<{x>>}",
+        ] {
+            assert_eq!(found(none), vec![], "{none}");
+        }
     }
 
     #[test]

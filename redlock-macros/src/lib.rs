@@ -39,7 +39,7 @@ use proc_macro::TokenStream;
 ///
 /// | Argument | Value | Default | Meaning |
 /// |---|---|---|---|
-/// | `key` | string template, **required** | — | The lock's Redis key. `<name>` is replaced by the parameter `name` (`self` included), `<name.field.0>` by a field of one, each formatted with `Display`. `<<` and `>>` write a literal `<` and `>`; everything else is literal, so `"order:{<id>}"` keeps `{…}` as a Redis Cluster hash tag. |
+/// | `key` | string template, **required** | — | The lock's Redis key. `<name>` is replaced by the parameter `name` (`self` included), `<name.field.0>` by a field of one, each formatted with `Display`. `<<` and `>>` write a literal `<` and `>`; everything else is literal, so `"order:{<id>}"` keeps `{…}` as a Redis Cluster hash tag. Not a `format!` string: `{id}` naming a parameter is a compile error (it would be the literal text `{id}`, one key for every call) that shows both fixes, `<id>` and `{<id>}`; a `{…}` naming no parameter is a literal hash tag. |
 /// | `wait` | duration string | `"0s"` | How long to wait for the lock; `"0s"` makes one attempt. On timeout the body does not run and the function returns the `LockError` (`is_busy()`), or `Ok(None)` with `on_busy = "skip"`. Whole milliseconds. |
 /// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. At least 1 ms, whole milliseconds (Redis's resolution). |
 /// | `hold_at_least` | duration string | none | Keeps the lock at least this long even if the body finishes sooner (e.g. to rate-limit a job). Must not exceed `lease` when both are given. |
@@ -83,7 +83,10 @@ use proc_macro::TokenStream;
 /// a `mode = "read"` call inside a write (or plain) lock of the key re-enters the write
 /// lock. A write requested while the task holds only a *read* lock of the key cannot be
 /// granted without deadlocking on itself: it fails at once with a `LockError`, without
-/// waiting.
+/// waiting. The nested call's own `on_lost` applies to the lock it re-enters: with
+/// `"abort"` (the default) it returns `LockError::Lost` without running its body when
+/// that lock is already lost (an enclosing `on_lost = "continue"` call outlived its
+/// lease), and stops its body when the lock is lost while it runs.
 ///
 /// The attribute works on free functions, methods (`&self`, `&mut self`,
 /// `self: Arc<Self>`), generic functions, `impl Trait` parameters and `async fn` in

@@ -6,14 +6,18 @@
 //! that records the lock (and, through a parent link, the locks of the calls around
 //! it). A nested annotated call on the same key with the same client finds it there and
 //! runs without touching Redis; the lock is released when the outermost call returns.
+//! Re-entering is not holding: the nested call's own `on_lost` governs the lock it
+//! enters, which may already be lost (an enclosing `on_lost = "continue"` call that
+//! outlived its lease), see `reenter`.
 //! The scope covers the holder's call tree: futures the body awaits or joins (`join!`,
 //! `select!`) run under it; tasks it spawns do not, and wait for the lock like anyone.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::client::LockClient;
+use crate::config::ClientConfig;
 use crate::error::LockError;
 use crate::state::LockState;
 
@@ -96,46 +100,145 @@ pub fn set_default_client(client: LockClient) {
 }
 
 /// The client `#[distributed_lock]` uses when it names none: the one given to
-/// [`set_default_client`], or else one connected once to `REDLOCK_URL`.
+/// [`set_default_client`], or else one connected once to `REDLOCK_URL`. Calls made
+/// while it connects share that one attempt.
 pub async fn default_client() -> Result<LockClient, LockError> {
-    default_client_for("").await
+    default_client_for("", None).await
 }
 
-async fn default_client_for(key: &str) -> Result<LockClient, LockError> {
-    if let Some(client) = DEFAULT_CLIENT
+/// How a connection attempt of the default client failed, for every call that shared
+/// it (each makes its own error, naming its own key).
+#[derive(Clone)]
+enum NoClient {
+    /// Redis cannot be reached (`is_unavailable`): the URL and the cause.
+    Unreachable(String),
+    /// Anything else (credentials, TLS, a feature missing): why.
+    Refused(String),
+}
+
+impl NoClient {
+    fn error(&self, key: &str) -> LockError {
+        match self {
+            NoClient::Unreachable(detail) => unreachable(key, detail.clone()),
+            NoClient::Refused(reason) => LockError::NoDefaultClient {
+                key: key.to_owned(),
+                reason: format!(
+                    "set_default_client was not called and REDLOCK_URL failed: {reason}"
+                ),
+            },
+        }
+    }
+}
+
+/// Redis is down, not misconfigured: said so (`is_unavailable`), naming the key.
+fn unreachable(key: &str, detail: String) -> LockError {
+    LockError::Redis {
+        key: key.to_owned(),
+        source: redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "the default client (REDLOCK_URL) cannot connect",
+            detail,
+        )),
+    }
+}
+
+/// One connection attempt of the default client: `None` until it ends.
+type Attempt = tokio::sync::watch::Receiver<Option<Result<LockClient, NoClient>>>;
+
+/// The attempt under way, if any. Calls that find none connected join it rather than
+/// queue for their own: N first calls against a Redis that never answers would
+/// otherwise return one connect timeout after another, the last after N of them.
+static ATTEMPT: Mutex<Option<Attempt>> = Mutex::new(None);
+
+fn default_if_set() -> Option<LockClient> {
+    DEFAULT_CLIENT
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
-    {
+}
+
+/// The default client for a call on `key` whose `wait` is given: it waits for the
+/// connection at most that long plus the response timeout, the bound of any call
+/// (`None`, [`default_client`]: until the attempt ends, which its connect timeouts
+/// bound). The attempt runs in a task of its own: a call that stops waiting (or is
+/// dropped) leaves it running, and a later call finds its client.
+async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockClient, LockError> {
+    if let Some(client) = default_if_set() {
         return Ok(client);
     }
-    // One connection attempt at a time; the others then find its client.
-    static CONNECTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _connecting = CONNECTING.lock().await;
-    if let Some(client) = DEFAULT_CLIENT
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-    {
-        return Ok(client);
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(LockError::NoDefaultClient {
+            key: key.to_owned(),
+            reason: "the default client connects in a tokio runtime, and none is running"
+                .to_owned(),
+        });
     }
-    let client = LockClient::from_env().await.map_err(|error| match error {
-        // Redis is down, not misconfigured: say so (`is_unavailable`), naming the key.
-        LockError::Connect { url, source } => LockError::Redis {
-            key: key.to_owned(),
-            source: redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the default client (REDLOCK_URL) cannot connect",
-                format!("{url}: {source}"),
-            )),
-        },
-        error => LockError::NoDefaultClient {
-            key: key.to_owned(),
-            reason: format!("set_default_client was not called and REDLOCK_URL failed: {error}"),
-        },
-    })?;
-    set_default_client(client.clone());
-    Ok(client)
+    let mut attempt = join_or_start_attempt();
+    // Ends with the attempt's outcome, or with its task dropped unfinished.
+    let ended = attempt.wait_for(Option::is_some);
+    match wait {
+        Some(wait) => {
+            let bound = wait.saturating_add(ClientConfig::default().response_timeout);
+            if tokio::time::timeout(bound, ended).await.is_err() {
+                return Err(unreachable(
+                    key,
+                    format!(
+                        "still connecting after {bound:?} (the call's wait plus the response \
+                         timeout)"
+                    ),
+                ));
+            }
+        }
+        None => drop(ended.await),
+    }
+    let outcome = attempt.borrow().clone();
+    match outcome {
+        Some(Ok(client)) => Ok(client),
+        Some(Err(failure)) => Err(failure.error(key)),
+        None => Err(unreachable(
+            key,
+            "the connection attempt ended without an outcome (its runtime shut down)".to_owned(),
+        )),
+    }
+}
+
+/// The attempt under way, or a new one (after a failure the next call tries again:
+/// Redis may be back).
+fn join_or_start_attempt() -> Attempt {
+    let mut slot = ATTEMPT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(client) = default_if_set() {
+        // Connected while this call looked: nothing to wait for.
+        return tokio::sync::watch::channel(Some(Ok(client))).1;
+    }
+    if let Some(attempt) = slot.as_ref() {
+        // Under way: not ended, and its task still there to end it.
+        if attempt.borrow().is_none() && attempt.has_changed().is_ok() {
+            return attempt.clone();
+        }
+    }
+    let (sender, attempt) = tokio::sync::watch::channel(None);
+    *slot = Some(attempt.clone());
+    let ours = attempt.clone();
+    tokio::spawn(async move {
+        let outcome = LockClient::from_env().await.map_err(|error| match error {
+            LockError::Connect { url, source } => NoClient::Unreachable(format!("{url}: {source}")),
+            error => NoClient::Refused(error.to_string()),
+        });
+        if let Ok(client) = &outcome {
+            // Before the waiters hear of it: a call that comes after finds it set.
+            set_default_client(client.clone());
+        }
+        let mut slot = ATTEMPT.lock().unwrap_or_else(|e| e.into_inner());
+        if slot
+            .as_ref()
+            .is_some_and(|attempt| attempt.same_channel(&ours))
+        {
+            *slot = None;
+        }
+        drop(slot);
+        sender.send_replace(Some(outcome));
+    });
+    attempt
 }
 
 /// Settings of one annotated function, from the attribute's literals.
@@ -327,14 +430,21 @@ where
     } = conversions;
     let client = match client {
         Some(client) => client,
-        None => default_client_for(&key).await.map_err(from_lock_error)?,
+        None => default_client_for(&key, Some(spec.wait))
+            .await
+            .map_err(from_lock_error)?,
     };
     let outer = HELD.try_with(Arc::clone).ok();
     let mut enclosing = outer.as_deref();
     while let Some(held) = enclosing {
         if held.client_id == client.id() && held.key == key {
             match reentry(held.mode, spec.mode) {
-                Reentry::Enter => return into_result(body.await),
+                Reentry::Enter => {
+                    let state = held.state.clone();
+                    return reenter(state, key, spec.abort_on_lost, body, into_result)
+                        .await
+                        .map_err(from_lock_error)?;
+                }
                 Reentry::Refuse => {
                     return Err(from_lock_error(LockError::WouldDeadlock { key }));
                 }
@@ -405,6 +515,41 @@ where
         }
     }
     result
+}
+
+/// Runs a nested call's `body` under the lock held around it (`state`), which the
+/// nested call's own `on_lost` governs as if it had taken it. The enclosing call may be
+/// `on_lost = "continue"` and have outlived its lease: re-entering is not holding.
+/// With `on_lost = "abort"` a lock already lost (known gone, or its lease may have run
+/// out: the enclosing call's own knowledge, no round trip) fails the call with
+/// [`LockError::Lost`] before the body runs, and one lost while it runs stops it at its
+/// next `.await`, as for a lock of its own. With `"continue"` the body runs, and
+/// `current_lock().is_lost()` tells it, as it tells the enclosing body.
+async fn reenter<R, T, E, F>(
+    state: Option<Arc<LockState>>,
+    key: String,
+    abort_on_lost: bool,
+    body: F,
+    into_result: fn(R) -> Result<T, E>,
+) -> Result<Result<T, E>, LockError>
+where
+    F: Future<Output = R>,
+{
+    if !abort_on_lost {
+        return Ok(into_result(body.await));
+    }
+    let Some(state) = state.filter(|state| !state.is_lost()) else {
+        tracing::warn!(%key, "redlock: the enclosing call's lock was lost; the nested call does not run (on_lost = \"abort\")");
+        return Err(LockError::Lost { key });
+    };
+    tokio::select! {
+        biased;
+        result = body => Ok(into_result(result)),
+        () = state.lost() => {
+            tracing::warn!(%key, "redlock: lock lost; the nested call's body was stopped at its await point");
+            Err(LockError::Lost { key })
+        }
+    }
 }
 
 #[cfg(test)]

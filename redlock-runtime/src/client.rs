@@ -442,15 +442,25 @@ impl LockClientBuilder {
         self
     }
 
-    /// Lease of locks taken without one, renewed by the watchdog (default 30 s).
+    /// Lease of locks taken without one, renewed by the watchdog.
+    ///
+    /// Default: 30 s, or three [`renew_every`](Self::renew_every) intervals if that is
+    /// given and longer; with RedLock, at most [`max_lease`](Self::max_lease) when that
+    /// is given. Given together, `renew_every` must be shorter and (RedLock)
+    /// `max_lease` at least as long; otherwise `connect` fails with
+    /// [`LockError::InvalidOptions`] naming them.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.config.watchdog_lease = lease;
+        self.config.given.watchdog_lease = Some(lease);
         self
     }
 
-    /// How often the watchdog renews (default 10 s, a third of the default lease).
+    /// How often the watchdog renews.
+    ///
+    /// Default: a third of the watchdog lease (Redisson's rule, at least 1 ms), so
+    /// `watchdog_lease(Duration::from_secs(3))` alone renews every second. A value given
+    /// must be shorter than the watchdog lease.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.config.renew_every = every;
+        self.config.given.renew_every = Some(every);
         self
     }
 
@@ -503,7 +513,8 @@ impl LockClientBuilder {
     }
 
     /// RedLock: the longest lease any lock on these masters may have (default 60 s, or
-    /// the watchdog lease if longer). Longer leases are refused with
+    /// the watchdog lease if that is given and longer; a watchdog lease not given
+    /// follows this one: at most as long). Longer leases are refused with
     /// [`LockError::InvalidOptions`], and so are longer extensions and `hold_at_least`.
     /// A master that may have lost data (restarted, replaced by a promoted replica,
     /// flushed: its marker names another Redis process, or is gone) does not count
@@ -617,8 +628,8 @@ impl LockClientBuilder {
                 targets.len()
             );
         }
-        config
-            .validate(redlock)
+        let config = config
+            .resolve(redlock)
             .map_err(LockError::invalid_settings)?;
         #[cfg(feature = "cluster")]
         if config.confirm_replicas.is_some() && matches!(self.topology, Topology::Cluster) {

@@ -45,7 +45,8 @@
 //!   script (one round trip from release to next holder; at most 8 times in a row, then
 //!   a release through Redis so that other clients' waiters get their chance).
 //! - **Watchdog**: without a `lease`, the lock is held with the client's watchdog lease
-//!   (30 s) and renewed every 10 s for as long as the guard lives; all locks of a
+//!   (30 s by default) and renewed every third of it (10 s) for as long as the guard
+//!   lives (settings not given follow those given: see `LockClientBuilder`); all locks of a
 //!   client are renewed in one pipelined round trip per tick.
 //! - **Fencing tokens**: one counter key per Redis server (per slot on a cluster);
 //!   each acquisition takes `max(counter + 1, server clock in µs)`, so tokens keep

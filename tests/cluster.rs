@@ -402,3 +402,63 @@ async fn a_release_during_a_slot_migration_frees_the_lock() {
         .expect("the released lock should be free at once");
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn lock_names_shaped_like_companion_keys_are_refused() {
+    // On a Cluster a lock's waitlist, holders and marker keys are
+    // `{<slot tag>}redlock:<kind>:<key>`: a lock of that name would overwrite them.
+    let cluster = RedisCluster::start(3);
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let guard = holder
+        .lock("job")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("job")
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await?;
+        guard.release().await
+    });
+    // The waiter's registration: the companion keys now exist in the lock's slot.
+    let node = cluster.master_of("job").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let companions = loop {
+        let companions: Vec<String> = cluster
+            .keys_in_slot(node, cluster.slot_of("job"))
+            .into_iter()
+            .filter(|key| key.starts_with('{') && key.contains("}redlock:waitlist"))
+            .collect();
+        if !companions.is_empty() {
+            break companions;
+        }
+        assert!(Instant::now() < deadline, "no waitlist key appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for name in companions
+        .iter()
+        .map(String::as_str)
+        .chain(["{t}redlock:waitlist:job"])
+    {
+        match holder
+            .lock(name)
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Err(redlock_runtime::LockError::InvalidKey { key, reason }) => {
+                assert_eq!(key, name);
+                assert!(reason.contains("redlock:"), "{reason}");
+            }
+            other => panic!("{name}: expected InvalidKey, got {other:?}"),
+        }
+    }
+    // The waitlist was left alone: the waiter still gets the lock when it is released.
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+}

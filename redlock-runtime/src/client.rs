@@ -259,9 +259,11 @@ impl LockClient {
     }
 
     /// Who holds the lock `key`, since when, with which fencing token, and how many
-    /// clients wait; `None` when it is free. A key holding anything redlock did not
-    /// write as a lock is not a lock (`None`), and neither is a key reserved for a
-    /// waiter that is taking it at this moment.
+    /// clients wait; `None` when it is free. A key held in shares — a read lock's
+    /// readers, a semaphore's permits — is not free: its [`LockInfo::kind`] says
+    /// which, and [`LockInfo::shares`] lists each share's client and remaining lease.
+    /// A key holding anything redlock did not write as a lock is not a lock (`None`),
+    /// and neither is a key reserved for a waiter that is taking it at this moment.
     ///
     /// With RedLock: the holder a majority of masters agree on (its shortest ttl, its
     /// token the acquire gave it), with `waiting` 0 (RedLock keeps no waitlist). A lock
@@ -302,14 +304,15 @@ impl LockClient {
         operate::locks(&self.inner, pattern).await
     }
 
-    /// Frees the lock `key` whoever holds it, as its release would: the next client
-    /// in line gets it and waiters in every process are woken. Returns `false` when
-    /// it was free. Logs a `tracing` warning naming the key, the evicted holder and
-    /// this client.
+    /// Frees the lock `key` whoever holds it — every reader of a read lock, every
+    /// holder of a semaphore's permits — as its release would: the next client in line
+    /// gets it and waiters in every process are woken. Returns `false` when it was
+    /// free. Logs a `tracing` warning naming the key, the evicted holder (or how many
+    /// shares) and this client.
     ///
-    /// The evicted holder is not told at once: its guard turns lost at its next
-    /// renewal (within `renew_every` in watchdog mode), `extend` or release, and that
-    /// release returns [`LockError::Lost`]. Its fencing token stays below the next
+    /// The evicted holder (each evicted share's) is not told at once: its guard turns
+    /// lost at its next renewal (within `renew_every` in watchdog mode), `extend` or
+    /// release, and that release returns [`LockError::Lost`]. Its fencing token stays below the next
     /// holder's, so a resource that checks tokens refuses its late writes.
     ///
     /// ```no_run

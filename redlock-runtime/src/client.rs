@@ -502,6 +502,19 @@ impl LockClientBuilder {
     /// a lock survive a failover to one of those replicas; it cannot protect against a
     /// failover to a replica that did not confirm, nor replace fencing. One server or
     /// Sentinel only.
+    ///
+    /// Only the acquisition (of a lock, a read share or a permit, a hand-off included)
+    /// is confirmed. Renewals, [`LockGuard::extend`](crate::LockGuard::extend),
+    /// releases and forced unlocks are not: after a failover the promoted replica may
+    /// hold the lock with the lease it had at the acquisition, or at a later renewal or
+    /// extension that reached it. So a released lock may reappear there, held by its
+    /// former holder, until that lease ends (waiters get it then, not at the release);
+    /// and a renewed or extended lock may end earlier there than its holder believes:
+    /// until then `is_lost()` and `lease_remaining()` overstate it, and the holder
+    /// finds out only at its first renewal, `extend` or release after that end
+    /// ([`LockError::Lost`]; a renewal that reaches the new primary before that end
+    /// renews it as usual).
+    /// Fencing tokens still order the holders' writes.
     pub fn confirm_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.config.confirm_replicas = Some((replicas, timeout));
         self

@@ -746,8 +746,8 @@ fn is_internal(key: &str) -> bool {
     if key.starts_with(scripts::RESERVED_PREFIX) {
         return true;
     }
-    // On a cluster a lock's companion keys are `{<slot tag>}redlock:<kind>:<key>`; a
-    // lock of the application may still be named `{t}redlock:x`.
+    // On a cluster a lock's companion keys are `{<slot tag>}redlock:<kind>:<key>`
+    // (no lock may be named so either: `limits::check_key`).
     let Some((tag, rest)) = key.strip_prefix('{').and_then(|rest| rest.split_once('}')) else {
         return false;
     };
@@ -766,7 +766,7 @@ fn is_internal(key: &str) -> bool {
         .any(|prefix| rest.starts_with(prefix))
 }
 
-/// The inspect script's reply `{value, pttl, now ms, waiting}` (nil: no lock).
+/// The inspect script's reply `{value, pttl, now ms, waiting, shares}` (nil: no lock).
 fn parse_seen(reply: SeenReply) -> Option<Seen> {
     let (value, ttl, now_ms, waiting, shares) = reply?;
     let value = String::from_utf8_lossy(&value);

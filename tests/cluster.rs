@@ -462,3 +462,67 @@ async fn lock_names_shaped_like_companion_keys_are_refused() {
     guard.release().await.unwrap();
     waiting.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn readers_and_permits_on_a_cluster_are_shown_and_evicted() {
+    let cluster = RedisCluster::start(3);
+    let holder = cluster_client(&cluster).await;
+    let operator = cluster_client(&cluster).await;
+    let mut guards = Vec::new();
+    for id in 0..4 {
+        // Keys on different shards: each share lives in its key's slot.
+        let (read, permits) = (format!("doc:{id}"), format!("api:{id}"));
+        for _ in 0..2 {
+            guards.push(
+                holder
+                    .read_lock(&read)
+                    .lease(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap(),
+            );
+            guards.push(
+                holder
+                    .semaphore(&permits, 3)
+                    .lease(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap(),
+            );
+        }
+        let info = operator
+            .inspect(&read)
+            .await
+            .unwrap()
+            .expect("held by readers");
+        assert_eq!(info.kind(), redlock_runtime::LockKind::Read);
+        assert_eq!(info.shares().len(), 2, "{info:?}");
+        let info = operator
+            .inspect(&permits)
+            .await
+            .unwrap()
+            .expect("held by permits");
+        assert_eq!(
+            info.kind(),
+            redlock_runtime::LockKind::Semaphore { permits: 3 }
+        );
+        assert_eq!(info.shares().len(), 2, "{info:?}");
+    }
+    let listed = operator.locks("*").await.unwrap();
+    assert_eq!(listed.len(), 8, "{listed:?}");
+    assert!(
+        listed.iter().all(|info| info.shares().len() == 2),
+        "{listed:?}"
+    );
+    for info in &listed {
+        assert!(
+            operator.force_unlock(info.key()).await.unwrap(),
+            "{}",
+            info.key()
+        );
+        assert_eq!(operator.inspect(info.key()).await.unwrap(), None);
+    }
+    for guard in guards {
+        assert!(guard.release().await.unwrap_err().is_lost());
+    }
+}

@@ -269,6 +269,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 }
                 let at = short(started.elapsed());
                 let line = match &info {
+                    // Shares record no token or start: their count, lease and waiters.
+                    Some(info) if info.kind() != LockKind::Exclusive => format!(
+                        "+{at} {key} held by {} (ttl {}, {} waiting)",
+                        info.holder(),
+                        short(info.ttl()),
+                        info.waiting()
+                    ),
                     Some(info) => format!(
                         "+{at} {key} held by {} (token {}, held for {}, ttl {}, {} waiting)",
                         info.holder(),

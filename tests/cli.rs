@@ -567,3 +567,94 @@ async fn watch_follows_the_holder_until_interrupted() {
         .map(|mut err| err.read_to_string(&mut stderr));
     assert_eq!(stderr, "", "watch wrote to stderr");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
+    let server = RedisServer::start();
+    let client = billing(&server).await;
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let share = |request: redlock_runtime::LockRequest| async move {
+        request
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("a share")
+    };
+    let readers = [
+        share(client.read_lock("doc:7")).await,
+        share(other.read_lock("doc:7")).await,
+    ];
+    let permits = [
+        share(client.semaphore("partner-api", 3)).await,
+        share(other.semaphore("partner-api", 3)).await,
+    ];
+    let shares_of = |stdout: &str, what: &str| {
+        stdout
+            .lines()
+            .filter(|line| {
+                line.trim_start()
+                    .starts_with(&format!("{what} held by client "))
+            })
+            .count()
+    };
+
+    // Not "free": the readers, each on its own line under the key's row.
+    let inspected = run_on(&server, &["inspect", "doc:7"]).await;
+    assert_eq!(inspected.code, Some(0), "{inspected:?}");
+    assert_header(&inspected.stdout);
+    let row: Vec<&str> = inspected
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..3], ["doc:7", "2", "readers"], "{inspected:?}");
+    assert_eq!(shares_of(&inspected.stdout, "reader"), 2, "{inspected:?}");
+
+    let json = run_on(&server, &["inspect", "doc:7", "--json"]).await;
+    let object: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(object["kind"], "read", "{object}");
+    let shares = object["shares"].as_array().expect("shares");
+    assert_eq!(shares.len(), 2, "{object}");
+    for share in shares {
+        let ttl = share["ttl_ms"].as_u64().unwrap();
+        assert!(ttl > 0 && ttl <= 60_000, "{object}");
+        assert_eq!(share["client_id"].as_str().unwrap().len(), 32, "{object}");
+    }
+
+    let listed = run_on(&server, &["list"]).await;
+    assert_eq!(listed.code, Some(0), "{listed:?}");
+    assert!(!listed.stdout.contains("(no locks)"), "{listed:?}");
+    assert!(listed.stdout.contains("2 of 3 permits"), "{listed:?}");
+    assert_eq!(shares_of(&listed.stdout, "permit"), 2, "{listed:?}");
+    assert_eq!(shares_of(&listed.stdout, "reader"), 2, "{listed:?}");
+    let json = run_on(&server, &["list", "--json"]).await;
+    let rows: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let semaphore = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["key"] == "partner-api")
+        .expect("the semaphore is listed");
+    assert_eq!(semaphore["kind"], "semaphore", "{rows}");
+    assert_eq!(semaphore["permits"], 3, "{rows}");
+    assert_eq!(semaphore["shares"].as_array().unwrap().len(), 2, "{rows}");
+
+    // A forced unlock evicts every share; their holders find out at their release.
+    for (key, evicted) in [("doc:7", "2 readers"), ("partner-api", "2 of 3 permits")] {
+        let forced = run_on(&server, &["unlock", key, "--force"]).await;
+        assert_eq!(forced.code, Some(0), "{forced:?}");
+        assert!(
+            forced
+                .stdout
+                .starts_with(&format!("freed {key}: evicted {evicted} (client ")),
+            "{forced:?}"
+        );
+        assert_eq!(client.inspect(key).await.unwrap(), None);
+    }
+    for guard in readers.into_iter().chain(permits) {
+        let error = guard.release().await.unwrap_err();
+        assert!(error.is_lost(), "{error}");
+    }
+}

@@ -513,3 +513,127 @@ async fn a_lease_shortened_by_extend_is_announced_on_a_cluster() {
         next.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn lock_names_shaped_like_companion_keys_are_refused() {
+    // On a Cluster a lock's waitlist, holders and marker keys are
+    // `{<slot tag>}redlock:<kind>:<key>`: a lock of that name would overwrite them.
+    let cluster = RedisCluster::start(3);
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let guard = holder
+        .lock("job")
+        .lease(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("job")
+            .wait(Duration::from_secs(15))
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await?;
+        guard.release().await
+    });
+    // The waiter's registration: the companion keys now exist in the lock's slot.
+    let node = cluster.master_of("job").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let companions = loop {
+        let companions: Vec<String> = cluster
+            .keys_in_slot(node, cluster.slot_of("job"))
+            .into_iter()
+            .filter(|key| key.starts_with('{') && key.contains("}redlock:waitlist"))
+            .collect();
+        if !companions.is_empty() {
+            break companions;
+        }
+        assert!(Instant::now() < deadline, "no waitlist key appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for name in companions
+        .iter()
+        .map(String::as_str)
+        .chain(["{t}redlock:waitlist:job"])
+    {
+        match holder
+            .lock(name)
+            .lease(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Err(redlock_runtime::LockError::InvalidKey { key, reason }) => {
+                assert_eq!(key, name);
+                assert!(reason.contains("redlock:"), "{reason}");
+            }
+            other => panic!("{name}: expected InvalidKey, got {other:?}"),
+        }
+    }
+    // The waitlist was left alone: the waiter still gets the lock when it is released.
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn readers_and_permits_on_a_cluster_are_shown_and_evicted() {
+    let cluster = RedisCluster::start(3);
+    let holder = cluster_client(&cluster).await;
+    let operator = cluster_client(&cluster).await;
+    let mut guards = Vec::new();
+    for id in 0..4 {
+        // Keys on different shards: each share lives in its key's slot.
+        let (read, permits) = (format!("doc:{id}"), format!("api:{id}"));
+        for _ in 0..2 {
+            guards.push(
+                holder
+                    .read_lock(&read)
+                    .lease(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap(),
+            );
+            guards.push(
+                holder
+                    .semaphore(&permits, 3)
+                    .lease(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap(),
+            );
+        }
+        let info = operator
+            .inspect(&read)
+            .await
+            .unwrap()
+            .expect("held by readers");
+        assert_eq!(info.kind(), redlock_runtime::LockKind::Read);
+        assert_eq!(info.shares().len(), 2, "{info:?}");
+        let info = operator
+            .inspect(&permits)
+            .await
+            .unwrap()
+            .expect("held by permits");
+        assert_eq!(
+            info.kind(),
+            redlock_runtime::LockKind::Semaphore { permits: 3 }
+        );
+        assert_eq!(info.shares().len(), 2, "{info:?}");
+    }
+    let listed = operator.locks("*").await.unwrap();
+    assert_eq!(listed.len(), 8, "{listed:?}");
+    assert!(
+        listed.iter().all(|info| info.shares().len() == 2),
+        "{listed:?}"
+    );
+    for info in &listed {
+        assert!(
+            operator.force_unlock(info.key()).await.unwrap(),
+            "{}",
+            info.key()
+        );
+        assert_eq!(operator.inspect(info.key()).await.unwrap(), None);
+    }
+    for guard in guards {
+        assert!(guard.release().await.unwrap_err().is_lost());
+    }
+}

@@ -632,3 +632,56 @@ async fn the_attribute_labels_its_locks_with_the_key_template() {
         assert!(series_of(key).is_empty(), "a series labelled {key}");
     }
 }
+
+#[tokio::test]
+async fn force_unlocked_shares_are_lost_as_forced() {
+    record();
+    let server = RedisServer::start();
+    let holder = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_secs(3))
+        .renew_every(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let operator = client(&server).await;
+    // Two readers and a permit in watchdog mode (renewal finds them evicted), and a
+    // permit with a fixed lease (its release does).
+    let (read, permit) = ("m-forced-reader", "m-forced-permit");
+    let readers = [
+        holder
+            .read_lock("m:shared")
+            .label(read)
+            .acquire()
+            .await
+            .unwrap(),
+        holder
+            .read_lock("m:shared")
+            .label(read)
+            .acquire()
+            .await
+            .unwrap(),
+    ];
+    let watched = holder
+        .semaphore("m:permits", 2)
+        .label(permit)
+        .acquire()
+        .await
+        .unwrap();
+    let fixed = holder
+        .semaphore("m:permits", 2)
+        .label(permit)
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(operator.force_unlock("m:shared").await.unwrap());
+    assert!(operator.force_unlock("m:permits").await.unwrap());
+    for guard in readers.iter().chain([&watched]) {
+        tokio::time::timeout(PATIENCE, guard.lost())
+            .await
+            .expect("the watchdog never found the share evicted");
+    }
+    assert!(fixed.release().await.unwrap_err().is_lost());
+    assert_eq!(lost_by_cause(read), [0, 0, 2]);
+    assert_eq!(lost_by_cause(permit), [0, 0, 2]);
+}

@@ -1177,3 +1177,125 @@ async fn evict_returns_the_lock_it_freed() {
     assert!(operator.inspect("order:7").await.unwrap().is_none());
     assert!(guard.release().await.unwrap_err().is_lost());
 }
+
+/// A client named `name` whose watchdog renews every 300 ms (a 3 s lease).
+async fn renewing_client(server: &RedisServer, name: &str) -> LockClient {
+    LockClient::builder(&server.url())
+        .name(name)
+        .watchdog_lease(Duration::from_secs(3))
+        .renew_every(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_permit_holders_are_shown_and_force_unlock_evicts_them() {
+    use redlock_runtime::LockKind;
+    let server = RedisServer::start();
+    let a = renewing_client(&server, "reader-a").await;
+    let b = renewing_client(&server, "reader-b").await;
+    let operator = client(&server).await;
+    let readers = [
+        a.read_lock("doc:7").acquire().await.unwrap(),
+        b.read_lock("doc:7").acquire().await.unwrap(),
+    ];
+    let permits = [
+        a.semaphore("partner-api", 3).acquire().await.unwrap(),
+        b.semaphore("partner-api", 3).acquire().await.unwrap(),
+    ];
+
+    // Shown, not "free": each share with its client and its own lease.
+    let read = operator
+        .inspect("doc:7")
+        .await
+        .unwrap()
+        .expect("held by readers");
+    assert_eq!(read.kind(), LockKind::Read);
+    assert_eq!(read.holder(), "2 readers");
+    let semaphore = operator
+        .inspect("partner-api")
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(semaphore.kind(), LockKind::Semaphore { permits: 3 });
+    assert_eq!(semaphore.holder(), "2 of 3 permits");
+    for info in [&read, &semaphore] {
+        let shares = info.shares();
+        assert_eq!(shares.len(), 2, "{info:?}");
+        assert_ne!(shares[0].client_id(), shares[1].client_id(), "{info:?}");
+        for share in shares {
+            assert!(share.ttl() > Duration::ZERO && share.ttl() <= Duration::from_secs(3));
+            assert!(!share.is_kept());
+        }
+        assert!(info.ttl() > Duration::ZERO && info.ttl() <= Duration::from_secs(3));
+    }
+    // One client's shares carry the same id.
+    let ids = |info: &LockInfo| {
+        let mut ids: Vec<String> = info
+            .shares()
+            .iter()
+            .map(|s| s.client_id().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&read), ids(&semaphore));
+    let listed = operator.locks("*").await.unwrap();
+    assert_eq!(keys_of(&listed), ["doc:7", "partner-api"]);
+    assert_eq!(listed[0].shares().len(), 2);
+    assert_eq!(listed[1].kind(), LockKind::Semaphore { permits: 3 });
+
+    // A forced unlock evicts every share, leaves the eviction marker naming each
+    // evicted share, and frees the key for a writer at once.
+    assert!(operator.force_unlock("doc:7").await.unwrap());
+    let evicted = operator
+        .evict("partner-api")
+        .await
+        .unwrap()
+        .expect("evicted");
+    assert_eq!(evicted.shares().len(), 2);
+    let unlocked_at = Instant::now();
+    assert_eq!(operator.inspect("doc:7").await.unwrap(), None);
+    assert_eq!(operator.inspect("partner-api").await.unwrap(), None);
+    for key in ["doc:7", "partner-api"] {
+        let marker: String = raw(&server)
+            .await
+            .get(format!("redlock:forced:{key}"))
+            .await
+            .unwrap();
+        assert_eq!(marker.split(' ').count(), 2, "{key}: {marker}");
+        let holders: i64 = raw(&server)
+            .await
+            .exists(format!("redlock:holders:{key}"))
+            .await
+            .unwrap();
+        assert_eq!(holders, 0, "{key}: shares left behind");
+    }
+    let writer = operator
+        .write_lock("doc:7")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free once force-unlocked");
+
+    // The evicted holders learn it at their next renewal (300 ms), far before their
+    // 3 s leases would have run out; their late releases are Lost.
+    for guard in readers.into_iter().chain(permits) {
+        tokio::time::timeout(Duration::from_millis(2500), guard.lost())
+            .await
+            .expect("an evicted share did not learn it was lost at its next renewal");
+        let error = guard.release().await.unwrap_err();
+        assert!(error.is_lost(), "{error}");
+    }
+    assert!(unlocked_at.elapsed() < Duration::from_secs(3));
+    let info = operator
+        .inspect("doc:7")
+        .await
+        .unwrap()
+        .expect("the writer");
+    assert_eq!(info.kind(), LockKind::Exclusive);
+    assert_eq!(info.fencing_token(), writer.fencing_token());
+    writer.release().await.unwrap();
+    assert_eq!(a.watched_locks() + b.watched_locks(), 0);
+}

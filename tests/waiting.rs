@@ -344,7 +344,9 @@ async fn a_lease_shortened_by_extend_wakes_the_same_clients_waiters() {
 /// contended: the shortened lease is announced on every master, as a release is.
 #[tokio::test]
 async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_redlock_master()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let connect =
         || redlock_runtime::LockClient::builder_for(masters.iter().map(RedisServer::url)).connect();
     let holder = connect().await.unwrap();

@@ -263,9 +263,11 @@ impl LockClient {
     }
 
     /// Who holds the lock `key`, since when, with which fencing token, and how many
-    /// clients wait; `None` when it is free. A key holding anything redlock did not
-    /// write as a lock is not a lock (`None`), and neither is a key reserved for a
-    /// waiter that is taking it at this moment.
+    /// clients wait; `None` when it is free. A key held in shares — a read lock's
+    /// readers, a semaphore's permits — is not free: its [`LockInfo::kind`] says
+    /// which, and [`LockInfo::shares`] lists each share's client and remaining lease.
+    /// A key holding anything redlock did not write as a lock is not a lock (`None`),
+    /// and neither is a key reserved for a waiter that is taking it at this moment.
     ///
     /// With RedLock: the holder a majority of masters agree on (its shortest ttl, its
     /// token the acquire gave it), with `waiting` 0 (RedLock keeps no waitlist). A lock
@@ -306,14 +308,15 @@ impl LockClient {
         operate::locks(&self.inner, pattern).await
     }
 
-    /// Frees the lock `key` whoever holds it, as its release would: the next client
-    /// in line gets it and waiters in every process are woken. Returns `false` when
-    /// it was free. Logs a `tracing` warning naming the key, the evicted holder and
-    /// this client.
+    /// Frees the lock `key` whoever holds it — every reader of a read lock, every
+    /// holder of a semaphore's permits — as its release would: the next client in line
+    /// gets it and waiters in every process are woken. Returns `false` when it was
+    /// free. Logs a `tracing` warning naming the key, the evicted holder (or how many
+    /// shares) and this client.
     ///
-    /// The evicted holder is not told at once: its guard turns lost at its next
-    /// renewal (within `renew_every` in watchdog mode), `extend` or release, and that
-    /// release returns [`LockError::Lost`]. Its fencing token stays below the next
+    /// The evicted holder (each evicted share's) is not told at once: its guard turns
+    /// lost at its next renewal (within `renew_every` in watchdog mode), `extend` or
+    /// release, and that release returns [`LockError::Lost`]. Its fencing token stays below the next
     /// holder's, so a resource that checks tokens refuses its late writes.
     ///
     /// ```no_run
@@ -446,15 +449,25 @@ impl LockClientBuilder {
         self
     }
 
-    /// Lease of locks taken without one, renewed by the watchdog (default 30 s).
+    /// Lease of locks taken without one, renewed by the watchdog.
+    ///
+    /// Default: 30 s, or three [`renew_every`](Self::renew_every) intervals if that is
+    /// given and longer; with RedLock, at most [`max_lease`](Self::max_lease) when that
+    /// is given. Given together, `renew_every` must be shorter and (RedLock)
+    /// `max_lease` at least as long; otherwise `connect` fails with
+    /// [`LockError::InvalidOptions`] naming them.
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
-        self.config.watchdog_lease = lease;
+        self.config.given.watchdog_lease = Some(lease);
         self
     }
 
-    /// How often the watchdog renews (default 10 s, a third of the default lease).
+    /// How often the watchdog renews.
+    ///
+    /// Default: a third of the watchdog lease (Redisson's rule, at least 1 ms), so
+    /// `watchdog_lease(Duration::from_secs(3))` alone renews every second. A value given
+    /// must be shorter than the watchdog lease.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.config.renew_every = every;
+        self.config.given.renew_every = Some(every);
         self
     }
 
@@ -493,6 +506,19 @@ impl LockClientBuilder {
     /// a lock survive a failover to one of those replicas; it cannot protect against a
     /// failover to a replica that did not confirm, nor replace fencing. One server or
     /// Sentinel only.
+    ///
+    /// Only the acquisition (of a lock, a read share or a permit, a hand-off included)
+    /// is confirmed. Renewals, [`LockGuard::extend`](crate::LockGuard::extend),
+    /// releases and forced unlocks are not: after a failover the promoted replica may
+    /// hold the lock with the lease it had at the acquisition, or at a later renewal or
+    /// extension that reached it. So a released lock may reappear there, held by its
+    /// former holder, until that lease ends (waiters get it then, not at the release);
+    /// and a renewed or extended lock may end earlier there than its holder believes:
+    /// until then `is_lost()` and `lease_remaining()` overstate it, and the holder
+    /// finds out only at its first renewal, `extend` or release after that end
+    /// ([`LockError::Lost`]; a renewal that reaches the new primary before that end
+    /// renews it as usual).
+    /// Fencing tokens still order the holders' writes.
     pub fn confirm_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.config.confirm_replicas = Some((replicas, timeout));
         self
@@ -507,7 +533,8 @@ impl LockClientBuilder {
     }
 
     /// RedLock: the longest lease any lock on these masters may have (default 60 s, or
-    /// the watchdog lease if longer). Longer leases are refused with
+    /// the watchdog lease if that is given and longer; a watchdog lease not given
+    /// follows this one: at most as long). Longer leases are refused with
     /// [`LockError::InvalidOptions`], and so are longer extensions and `hold_at_least`.
     /// A master that may have lost data (restarted, replaced by a promoted replica,
     /// flushed: its marker names another Redis process, or is gone) does not count
@@ -624,8 +651,8 @@ impl LockClientBuilder {
                 targets.len()
             );
         }
-        config
-            .validate(redlock)
+        let config = config
+            .resolve(redlock)
             .map_err(LockError::invalid_settings)?;
         #[cfg(feature = "cluster")]
         if config.confirm_replicas.is_some() && matches!(self.topology, Topology::Cluster) {

@@ -14,8 +14,12 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// Settings of a `LockClient`; see `LockClientBuilder`.
 #[derive(Clone)]
 pub(crate) struct ClientConfig {
+    /// The lease of watchdog-mode locks and how often it is renewed, as used: what the
+    /// user gave, or what follows from it (`resolve`, `watchdog_timing`).
     pub(crate) watchdog_lease: Duration,
     pub(crate) renew_every: Duration,
+    /// What the user gave for the two above; `None` follows the other settings.
+    pub(crate) given: Given,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) node_timeout: Option<Duration>,
@@ -34,6 +38,7 @@ impl std::fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("watchdog_lease", &self.watchdog_lease)
             .field("renew_every", &self.renew_every)
+            .field("given", &self.given)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("node_timeout", &self.node_timeout)
@@ -56,8 +61,9 @@ impl std::fmt::Debug for ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
-            watchdog_lease: Duration::from_secs(30),
-            renew_every: Duration::from_secs(10),
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
+            renew_every: DEFAULT_WATCHDOG_LEASE / 3,
+            given: Given::default(),
             response_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(3),
             node_timeout: None,
@@ -66,6 +72,75 @@ impl Default for ClientConfig {
             max_lease: None,
             name: default_name(),
             tls_root_certificate: None,
+        }
+    }
+}
+
+/// The settings whose defaults follow the others: what the user gave for them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Given {
+    pub(crate) watchdog_lease: Option<Duration>,
+    pub(crate) renew_every: Option<Duration>,
+}
+
+/// The watchdog lease when neither it nor anything it follows is given.
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
+
+/// Shortest renewal interval a default gives: below it the watchdog would only spin.
+const MIN_RENEW_EVERY: Duration = Duration::from_millis(1);
+
+/// The watchdog lease and renewal interval, from what the user gave; `max_lease` only
+/// with RedLock (elsewhere it is unused). A setting not given follows those given:
+/// `renew_every` is a third of the watchdog lease (Redisson's rule, at least 1 ms);
+/// the watchdog lease is [`DEFAULT_WATCHDOG_LEASE`], or three renewal intervals if
+/// longer, and at most `max_lease`. Only given settings that contradict each other
+/// are refused, naming them.
+pub(crate) fn watchdog_timing(
+    given: Given,
+    max_lease: Option<Duration>,
+) -> Result<(Duration, Duration), String> {
+    let follows_max_lease = |lease: Duration| max_lease.map_or(lease, |max| lease.min(max));
+    match (given.watchdog_lease, given.renew_every) {
+        (Some(lease), Some(every)) => {
+            if every >= lease {
+                return Err(format!(
+                    "renew_every ({every:?}) must be shorter than watchdog_lease ({lease:?})"
+                ));
+            }
+            Ok((lease, every))
+        }
+        (Some(lease), None) => {
+            let every = (lease / 3).max(MIN_RENEW_EVERY);
+            if every >= lease {
+                return Err(format!(
+                    "watchdog_lease of {lease:?} leaves no time to renew it (renew_every \
+                     follows it at a third, at least {MIN_RENEW_EVERY:?}); use at least 2 ms"
+                ));
+            }
+            Ok((lease, every))
+        }
+        (None, Some(every)) => {
+            let lease = follows_max_lease(DEFAULT_WATCHDOG_LEASE.max(every.saturating_mul(3)));
+            if every >= lease {
+                // Only a given max_lease makes the lease this short.
+                return Err(format!(
+                    "renew_every ({every:?}) must be shorter than max_lease ({lease:?}), \
+                     which the watchdog lease may not exceed"
+                ));
+            }
+            Ok((lease, every))
+        }
+        (None, None) => {
+            let lease = follows_max_lease(DEFAULT_WATCHDOG_LEASE);
+            let every = (lease / 3).max(MIN_RENEW_EVERY);
+            if every >= lease {
+                return Err(format!(
+                    "max_lease of {lease:?} leaves the watchdog lease, which may not exceed \
+                     it, no time to renew (renew_every follows it at a third, at least \
+                     {MIN_RENEW_EVERY:?}); use at least 2 ms"
+                ));
+            }
+            Ok((lease, every))
         }
     }
 }
@@ -93,6 +168,25 @@ pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
 const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(60);
 
 impl ClientConfig {
+    /// The settings as used: the watchdog lease and renewal interval follow what the
+    /// user gave (`watchdog_timing`), then every setting is checked (`validate`).
+    pub(crate) fn resolve(mut self, redlock: bool) -> Result<Self, String> {
+        // The given values' own limits first, so that the error names them.
+        if let Some(lease) = self.given.watchdog_lease {
+            at_least_a_millisecond("watchdog_lease", lease)?;
+        }
+        if let Some(every) = self.given.renew_every {
+            at_least_a_millisecond("renew_every", every)?;
+        }
+        if let Some(max_lease) = self.max_lease {
+            at_least_a_millisecond("max_lease", max_lease)?;
+        }
+        let max_lease = if redlock { self.max_lease } else { None };
+        (self.watchdog_lease, self.renew_every) = watchdog_timing(self.given, max_lease)?;
+        self.validate(redlock)?;
+        Ok(self)
+    }
+
     /// The longest lease a lock may have on RedLock masters, and so how long a master
     /// that restarted stays out of the vote.
     pub(crate) fn max_lease(&self) -> Duration {
@@ -102,19 +196,6 @@ impl ClientConfig {
 
     /// Checks every setting at its edges; the error names the setting.
     pub(crate) fn validate(&self, redlock: bool) -> Result<(), String> {
-        let at_least_a_millisecond = |what: &str, value: Duration| {
-            if value < Duration::from_millis(1) {
-                Err(format!(
-                    "{what} of {value:?} is below Redis's 1 ms resolution; use at least 1 ms"
-                ))
-            } else if value > MAX_SETTING {
-                Err(format!(
-                    "{what} of {value:?} is longer than the limit of 100 years"
-                ))
-            } else {
-                Ok(())
-            }
-        };
         at_least_a_millisecond("watchdog_lease", self.watchdog_lease)?;
         at_least_a_millisecond("renew_every", self.renew_every)?;
         at_least_a_millisecond("response_timeout", self.response_timeout)?;
@@ -175,6 +256,21 @@ impl ClientConfig {
                 self.max_lease()
             ));
         }
+        Ok(())
+    }
+}
+
+/// A duration setting within Redis's 1 ms resolution and the clock's range.
+fn at_least_a_millisecond(what: &str, value: Duration) -> Result<(), String> {
+    if value < Duration::from_millis(1) {
+        Err(format!(
+            "{what} of {value:?} is below Redis's 1 ms resolution; use at least 1 ms"
+        ))
+    } else if value > MAX_SETTING {
+        Err(format!(
+            "{what} of {value:?} is longer than the limit of 100 years"
+        ))
+    } else {
         Ok(())
     }
 }
@@ -275,6 +371,110 @@ mod tests {
             default.ends_with(&format!(":{}", std::process::id())),
             "{default}"
         );
+    }
+
+    fn given(lease: Option<u64>, every: Option<u64>) -> Given {
+        Given {
+            watchdog_lease: lease.map(Duration::from_millis),
+            renew_every: every.map(Duration::from_millis),
+        }
+    }
+
+    fn timing(lease: Option<u64>, every: Option<u64>, max: Option<u64>) -> (u128, u128) {
+        let (lease, every) =
+            watchdog_timing(given(lease, every), max.map(Duration::from_millis)).unwrap();
+        (lease.as_millis(), every.as_millis())
+    }
+
+    #[test]
+    fn settings_not_given_follow_those_given() {
+        assert_eq!(timing(None, None, None), (30_000, 10_000));
+        // renew_every follows the watchdog lease at a third (Redisson's rule).
+        assert_eq!(timing(Some(2_000), None, None), (2_000, 666));
+        assert_eq!(timing(Some(2), None, None), (2, 1), "at least 1 ms");
+        // The watchdog lease follows max_lease (RedLock) and a long renew_every.
+        assert_eq!(timing(None, None, Some(10_000)), (10_000, 3_333));
+        assert_eq!(timing(None, None, Some(60_000)), (30_000, 10_000));
+        assert_eq!(timing(None, Some(20_000), None), (60_000, 20_000));
+        assert_eq!(timing(None, Some(1_000), None), (30_000, 1_000));
+        assert_eq!(timing(None, Some(20_000), Some(40_000)), (40_000, 20_000));
+        // Given ones are kept as given.
+        assert_eq!(timing(Some(3_000), Some(2_000), None), (3_000, 2_000));
+        assert_eq!(timing(Some(50_000), None, Some(10_000)), (50_000, 16_666));
+    }
+
+    #[test]
+    fn only_given_settings_that_contradict_each_other_are_refused() {
+        let refused = |lease: Option<u64>, every: Option<u64>, max: Option<u64>, names: &[&str]| {
+            let reason = watchdog_timing(given(lease, every), max.map(Duration::from_millis))
+                .expect_err(&format!("{lease:?} {every:?} {max:?}"));
+            for name in names {
+                assert!(reason.contains(name), "{name}: {reason}");
+            }
+        };
+        refused(
+            Some(2_000),
+            Some(10_000),
+            None,
+            &["renew_every", "watchdog_lease"],
+        );
+        refused(Some(1), None, None, &["watchdog_lease"]);
+        refused(
+            None,
+            Some(10_000),
+            Some(5_000),
+            &["renew_every", "max_lease"],
+        );
+        refused(None, None, Some(1), &["max_lease"]);
+
+        let client = |lease: Option<u64>, every: Option<u64>, max: Option<u64>| ClientConfig {
+            given: given(lease, every),
+            max_lease: max.map(Duration::from_millis),
+            ..ClientConfig::default()
+        };
+        // One setting alone: what the others follow.
+        let alone = client(Some(2_000), None, None).resolve(false).unwrap();
+        assert_eq!(
+            (alone.watchdog_lease, alone.renew_every.as_millis()),
+            (Duration::from_secs(2), 666)
+        );
+        let alone = client(None, None, Some(10_000)).resolve(true).unwrap();
+        assert_eq!(alone.watchdog_lease, Duration::from_secs(10));
+        assert_eq!(alone.max_lease(), Duration::from_secs(10));
+        // max_lease is RedLock's: elsewhere it leaves the watchdog lease alone.
+        let alone = client(None, None, Some(10_000)).resolve(false).unwrap();
+        assert_eq!(alone.watchdog_lease, DEFAULT_WATCHDOG_LEASE);
+        // Both given and contradicting: refused, naming both.
+        let reason = client(Some(30_000), None, Some(10_000))
+            .resolve(true)
+            .unwrap_err();
+        assert!(
+            reason.contains("watchdog_lease") && reason.contains("max_lease"),
+            "{reason}"
+        );
+        for tiny in [Duration::ZERO, Duration::from_nanos(1)] {
+            let config = ClientConfig {
+                given: Given {
+                    watchdog_lease: Some(tiny),
+                    renew_every: None,
+                },
+                ..ClientConfig::default()
+            };
+            assert!(
+                config
+                    .resolve(false)
+                    .unwrap_err()
+                    .contains("watchdog_lease")
+            );
+            let config = ClientConfig {
+                given: Given {
+                    watchdog_lease: None,
+                    renew_every: Some(tiny),
+                },
+                ..ClientConfig::default()
+            };
+            assert!(config.resolve(false).unwrap_err().contains("renew_every"));
+        }
     }
 
     #[test]

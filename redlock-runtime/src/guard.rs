@@ -115,7 +115,10 @@ impl LockGuard {
 
     /// How long the lock is surely still ours, by this client's conservative estimate
     /// (measured from before the last renewal or extension was sent, less clock drift
-    /// with RedLock): never later than Redis's own expiry. Zero once lost.
+    /// with RedLock): never later than Redis's own expiry on the server that took the
+    /// renewal (a replica promoted since may not have it: see
+    /// [`LockClientBuilder::confirm_replicas`](crate::LockClientBuilder::confirm_replicas)).
+    /// Zero once lost.
     pub fn lease_remaining(&self) -> Duration {
         self.held
             .as_ref()

@@ -20,12 +20,13 @@ pub(crate) fn check_key(key: &str) -> Result<(), LockError> {
             reason: "the key is empty".into(),
         });
     }
-    if key.starts_with(RESERVED_PREFIX) {
+    if is_reserved(key) {
         return Err(LockError::InvalidKey {
             key: key.to_owned(),
             reason: format!(
-                "keys starting with `{RESERVED_PREFIX}` are reserved for redlock's own state \
-                 (fencing counters, waitlists); choose another prefix"
+                "keys starting with `{RESERVED_PREFIX}`, or with `{RESERVED_PREFIX}` after a \
+                 `{{…}}` hash tag, are reserved for redlock's own state (fencing counters, \
+                 waitlists, holders); choose another prefix"
             ),
         });
     }
@@ -39,6 +40,18 @@ pub(crate) fn check_key(key: &str) -> Result<(), LockError> {
         });
     }
     Ok(())
+}
+
+/// A name in redlock's own namespace: `redlock:…`, or `{tag}redlock:…`, the shape of
+/// a lock's companion keys on a Cluster (`{<slot tag>}redlock:waitlist:<key>`). Refused
+/// in every mode, so that a name that works on one server works on a Cluster too.
+fn is_reserved(key: &str) -> bool {
+    let after_tag = key
+        .strip_prefix('{')
+        .and_then(|rest| rest.split_once('}'))
+        .map(|(_, rest)| rest);
+    key.starts_with(RESERVED_PREFIX)
+        || after_tag.is_some_and(|rest| rest.starts_with(RESERVED_PREFIX))
 }
 
 /// Checks a request before anything is sent.
@@ -135,6 +148,23 @@ mod tests {
             validate("redlock:fence", second, None, None),
             Err(LockError::InvalidKey { .. })
         ));
+        // A Cluster's companion keys carry a hash tag before the prefix.
+        for reserved in [
+            "{x1}redlock:waitlist:job",
+            "{tag}redlock:",
+            "{}redlock:fence",
+        ] {
+            match validate(reserved, second, None, None) {
+                Err(LockError::InvalidKey { key, reason }) => {
+                    assert_eq!(key, reserved);
+                    assert!(reason.contains("redlock:"), "{reason}");
+                }
+                other => panic!("{reserved}: {other:?}"),
+            }
+        }
+        for fine in ["{tag}order:1", "{redlock:}x", "order:{x}redlock:", "{tag"] {
+            assert!(validate(fine, second, None, None).is_ok(), "{fine}");
+        }
         assert!(validate("k", Duration::MAX, None, None).is_err());
         assert!(validate("k", second, Some(second), Some(second * 2)).is_err());
         assert!(lease_millis("k", Duration::from_micros(999)).is_err());

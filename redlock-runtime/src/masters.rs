@@ -940,6 +940,7 @@ mod tests {
                 held_for: Duration::from_millis(1000 - ttl_ms),
                 ttl: Duration::from_millis(ttl_ms),
                 waiting: 0,
+                shares: None,
             })
         };
         let view = majority_view(&[seen("a", 5, 800), None, seen("a", 7, 700)], 2).unwrap();

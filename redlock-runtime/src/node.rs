@@ -361,11 +361,13 @@ impl Node {
         while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
+            let holders = self.connection.holders_key(key);
             async move {
-                let reply: Option<(Vec<u8>, i64, u64, i64)> = scripts::INSPECT
+                let reply: SeenReply = scripts::INSPECT
                     .key(key)
                     .key(waitlist)
                     .key(expiries)
+                    .key(holders)
                     .invoke_async(&mut connection)
                     .await?;
                 Ok(parse_seen(reply))
@@ -384,12 +386,14 @@ impl Node {
             let channel = self.connection.release_channel(key);
             let publish = self.connection.publish_command();
             let reservation_ms = self.waitlist.reservation_ms;
+            let holders = self.connection.holders_key(key);
             async move {
-                let reply: Option<(Vec<u8>, i64, u64, i64)> = scripts::FORCE_UNLOCK
+                let reply: SeenReply = scripts::FORCE_UNLOCK
                     .key(key)
                     .key(waitlist)
                     .key(expiries)
                     .key(forced)
+                    .key(holders)
                     .arg("")
                     .arg("")
                     .arg(channel)
@@ -772,7 +776,23 @@ pub(crate) struct Seen {
     pub(crate) held_for: Duration,
     pub(crate) ttl: Duration,
     pub(crate) waiting: usize,
+    /// A key held in shares (then `owner` is its value, `shared:<limit>`, and the
+    /// fencing token, holder and time held are not recorded for the key as a whole).
+    pub(crate) shares: Option<Shares>,
 }
+
+/// The shares of a key held in shares, as one server sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shares {
+    /// 0 for a read lock, N for a semaphore of N permits.
+    pub(crate) limit: u32,
+    /// Each live share's owner token (`kept:` first when kept for `hold_at_least`)
+    /// and remaining lease, by the end of that lease.
+    pub(crate) holders: Vec<(String, Duration)>,
+}
+
+/// What `INSPECT` and `FORCE_UNLOCK` answer: `{value, pttl, now ms, waiting, shares}`.
+type SeenReply = Option<(Vec<u8>, i64, u64, i64, Vec<(Vec<u8>, i64)>)>;
 
 /// The parts of a lock's value: owner token (with `kept:` when kept for
 /// `hold_at_least`), fencing token, since when (server ms), name; `None` for a value
@@ -812,8 +832,8 @@ fn is_internal(key: &str) -> bool {
     if key.starts_with(scripts::RESERVED_PREFIX) {
         return true;
     }
-    // On a cluster a lock's companion keys are `{<slot tag>}redlock:<kind>:<key>`; a
-    // lock of the application may still be named `{t}redlock:x`.
+    // On a cluster a lock's companion keys are `{<slot tag>}redlock:<kind>:<key>`
+    // (no lock may be named so either: `limits::check_key`).
     let Some((tag, rest)) = key.strip_prefix('{').and_then(|rest| rest.split_once('}')) else {
         return false;
     };
@@ -832,10 +852,33 @@ fn is_internal(key: &str) -> bool {
         .any(|prefix| rest.starts_with(prefix))
 }
 
-/// The inspect script's reply `{value, pttl, now ms, waiting}` (nil: no lock).
-fn parse_seen(reply: Option<(Vec<u8>, i64, u64, i64)>) -> Option<Seen> {
-    let (value, ttl, now_ms, waiting) = reply?;
+/// The inspect script's reply `{value, pttl, now ms, waiting, shares}` (nil: no lock).
+fn parse_seen(reply: SeenReply) -> Option<Seen> {
+    let (value, ttl, now_ms, waiting, shares) = reply?;
     let value = String::from_utf8_lossy(&value);
+    let ttl = Duration::from_millis(u64::try_from(ttl).ok()?);
+    let waiting = usize::try_from(waiting).unwrap_or(0);
+    if let Some(limit) = value.strip_prefix("shared:") {
+        let holders = shares
+            .into_iter()
+            .map(|(owner, left)| {
+                let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+                (String::from_utf8_lossy(&owner).into_owned(), left)
+            })
+            .collect();
+        return Some(Seen {
+            owner: value.to_string(),
+            holder: String::new(),
+            fencing_token: 0,
+            held_for: Duration::ZERO,
+            ttl,
+            waiting,
+            shares: Some(Shares {
+                limit: limit.parse().ok()?,
+                holders,
+            }),
+        });
+    }
     let (owner, fencing_token, since_ms, name) = parse_lock_value(&value)?;
     Some(Seen {
         owner: owner.to_owned(),
@@ -845,8 +888,9 @@ fn parse_seen(reply: Option<(Vec<u8>, i64, u64, i64)>) -> Option<Seen> {
         },
         fencing_token,
         held_for: Duration::from_millis(since_ms.map_or(0, |since| now_ms.saturating_sub(since))),
-        ttl: Duration::from_millis(u64::try_from(ttl).ok()?),
-        waiting: usize::try_from(waiting).unwrap_or(0),
+        ttl,
+        waiting,
+        shares: None,
     })
 }
 
@@ -935,7 +979,8 @@ mod tests {
     fn a_lock_value_names_owner_token_start_and_holder() {
         let owner = format!("{}:7", "ab12".repeat(8));
         let value = format!("{owner} 1700000000123456 1700000000123 billing 7:42");
-        let seen = parse_seen(Some((value.into_bytes(), 2500, 1700000001123, 3))).expect("a lock");
+        let seen =
+            parse_seen(Some((value.into_bytes(), 2500, 1700000001123, 3, vec![]))).expect("a lock");
         assert_eq!(seen.owner, owner);
         assert_eq!(seen.holder, "billing 7:42", "a name may hold spaces");
         assert_eq!(seen.fencing_token, 1700000000123456);
@@ -955,7 +1000,8 @@ mod tests {
         );
         assert!(parse_lock_value(&format!("{owner} 5 6~~ n")).is_none());
         // An older redlock's lock: the owner token alone.
-        let older = parse_seen(Some((owner.clone().into_bytes(), 900, 5, 0))).expect("a lock");
+        let older =
+            parse_seen(Some((owner.clone().into_bytes(), 900, 5, 0, vec![]))).expect("a lock");
         assert_eq!(
             (older.holder.as_str(), older.fencing_token),
             (OLDER_HOLDER, 0)
@@ -963,7 +1009,7 @@ mod tests {
         // A name that is not UTF-8 is shown, not refused.
         let mut odd = format!("{owner} 1 2 ").into_bytes();
         odd.extend_from_slice(&[0xff, b'x']);
-        assert!(parse_seen(Some((odd, 1, 2, 0))).is_some());
+        assert!(parse_seen(Some((odd, 1, 2, 0, vec![]))).is_some());
         // What is not a lock's value is not a lock.
         for other in [
             format!("reserved:{owner}"),
@@ -979,6 +1025,20 @@ mod tests {
             assert!(parse_lock_value(&other).is_none(), "{other:?}");
         }
         assert!(parse_seen(None).is_none());
+        // A key held in shares: each share's owner and remaining lease.
+        let shares = vec![
+            (format!("{owner}1").into_bytes(), 800),
+            (b"kept:x".to_vec(), 900),
+        ];
+        let seen = parse_seen(Some((b"shared:3".to_vec(), 900, 5, 1, shares))).expect("shares");
+        assert_eq!(seen.owner, "shared:3");
+        let shares = seen.shares.expect("shares");
+        assert_eq!(shares.limit, 3);
+        assert_eq!(
+            shares.holders[1],
+            ("kept:x".into(), Duration::from_millis(900))
+        );
+        assert!(parse_seen(Some((b"shared:x".to_vec(), 900, 5, 1, vec![]))).is_none());
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! wait — and freeing one whoever holds it. What an on-call engineer needs at 3 a.m.,
 //! from code and (through the `redlock` command) from a terminal.
 //!
-//! Everything is read from the lock itself (see `scripts` on the lock's value) and
-//! from its waitlist: no side keys, nothing that outlives a lock. With RedLock a lock
+//! Everything is read from the lock itself (see `scripts` on the lock's value), its
+//! waitlist and, for a key held in shares, its holders: no side keys, nothing that
+//! outlives a lock. With RedLock a lock
 //! is what a majority of masters agree on.
 
 use std::time::Duration;
@@ -13,9 +14,11 @@ use futures_util::StreamExt;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::limits::check_key;
-use crate::node::Seen;
+use crate::node::{Seen, Shares};
 
-/// A held lock, as `LockClient::inspect` and `LockClient::locks` see it.
+/// A held lock, as `LockClient::inspect` and `LockClient::locks` see it: held whole
+/// (a plain or write lock: [`LockKind::Exclusive`]), or in shares (a read lock's
+/// readers, a semaphore's permits: see [`LockInfo::shares`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -26,18 +29,93 @@ pub struct LockInfo {
     ttl: Duration,
     waiting: usize,
     kept: bool,
+    kind: LockKind,
+    shares: Vec<Share>,
+}
+
+/// How a key is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// By one holder: a plain lock, a write lock or an election's leader.
+    Exclusive,
+    /// By readers (`LockClient::read_lock`), each with its own share.
+    Read,
+    /// By holders of a semaphore's permits (`LockClient::semaphore`), each a share.
+    Semaphore {
+        /// The semaphore's count of permits.
+        permits: u32,
+    },
+}
+
+/// One share of a key held in shares: a reader, or a semaphore permit's holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Share {
+    client_id: String,
+    ttl: Duration,
+    kept: bool,
+}
+
+impl Share {
+    /// The id of the `LockClient` holding it: the same for every share one client
+    /// (one process, usually) holds, different for every other. A share records no
+    /// client name, fencing token or start time.
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// How long its own lease has left (a watchdog renews it before it runs out).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Released already, but kept until its `hold_at_least` has passed.
+    pub fn is_kept(&self) -> bool {
+        self.kept
+    }
 }
 
 impl LockInfo {
     fn new(key: String, seen: Seen) -> Self {
+        let (kind, shares) = match seen.shares {
+            None => (LockKind::Exclusive, Vec::new()),
+            Some(Shares { limit, holders }) => {
+                let kind = match limit {
+                    0 => LockKind::Read,
+                    permits => LockKind::Semaphore { permits },
+                };
+                let shares = holders
+                    .into_iter()
+                    .map(|(owner, ttl)| {
+                        let kept = owner.starts_with("kept:");
+                        let owner = owner.strip_prefix("kept:").unwrap_or(&owner);
+                        // The owner token is `<client id>:<counter>` (`Core::fresh_token`).
+                        let client_id = owner.split_once(':').map_or(owner, |(id, _)| id);
+                        Share {
+                            client_id: client_id.to_owned(),
+                            ttl,
+                            kept,
+                        }
+                    })
+                    .collect();
+                (kind, shares)
+            }
+        };
+        let holder = match kind {
+            LockKind::Exclusive => seen.holder,
+            _ => shares_summary(kind, shares.len()),
+        };
         LockInfo {
             key,
             kept: seen.owner.starts_with("kept:"),
-            holder: seen.holder,
+            holder,
             fencing_token: seen.fencing_token,
             held_for: seen.held_for,
             ttl: seen.ttl,
             waiting: seen.waiting,
+            kind,
+            shares,
         }
     }
 
@@ -47,25 +125,39 @@ impl LockInfo {
     }
 
     /// The name of the client holding it (`LockClientBuilder::name`; by default
-    /// `<hostname>:<pid>`).
+    /// `<hostname>:<pid>`). For a key held in shares, how many: `2 readers`,
+    /// `3 of 5 permits` (see [`LockInfo::shares`]).
     pub fn holder(&self) -> &str {
         &self.holder
     }
 
-    /// The fencing token its holder was given.
+    /// The fencing token its holder was given; 0 for a key held in shares (each
+    /// share's token is its holder's alone).
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
 
     /// How long it has been held (by the server's clock; with RedLock the longest a
-    /// majority reports).
+    /// majority reports); zero for a key held in shares (not recorded).
     pub fn held_for(&self) -> Duration {
         self.held_for
     }
 
-    /// How long its lease has left (a watchdog renews it before it runs out).
+    /// How long its lease has left (a watchdog renews it before it runs out); for a
+    /// key held in shares, the longest share's.
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// Whether it is held whole or in shares, and of how many permits.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// The shares of a key held in shares (readers, permit holders), the shortest
+    /// lease first; empty for a lock held whole.
+    pub fn shares(&self) -> &[Share] {
+        &self.shares
     }
 
     /// Clients in line for it on the Redis waitlist (RedLock keeps none: 0 there).
@@ -77,6 +169,15 @@ impl LockInfo {
     /// Released already, but kept until its `hold_at_least` has passed.
     pub fn is_kept(&self) -> bool {
         self.kept
+    }
+}
+
+/// `2 readers`, `3 of 5 permits`: what a key held in shares shows as its holder.
+fn shares_summary(kind: LockKind, count: usize) -> String {
+    match kind {
+        LockKind::Semaphore { permits } => format!("{count} of {permits} permits"),
+        _ if count == 1 => "1 reader".to_owned(),
+        _ => format!("{count} readers"),
     }
 }
 
@@ -139,6 +240,7 @@ pub(crate) async fn evict(core: &Core, key: &str) -> Result<Option<LockInfo>, Lo
             key,
             holder = info.holder(),
             fencing_token = info.fencing_token(),
+            shares = info.shares().len(),
             caller = core.config().name.as_str(),
             "redlock: lock force-unlocked"
         );

@@ -73,10 +73,12 @@ fn owned_by(value: &str, owner: &str) -> String {
 
 /// `gone(marker, owner)`: the reply of a release, extension or renewal that found the
 /// lock not `owner`'s: -1 when the eviction marker `marker` names this owner (it was
-/// force-unlocked), else 0. Read only on that path: what succeeds costs nothing more.
+/// force-unlocked; a key held in shares names each evicted share's owner, separated
+/// by spaces), else 0. Read only on that path: what succeeds costs nothing more.
 const GONE: &str = r#"
 local function gone(marker, owner)
-  if redis.pcall('GET', marker) == owner then
+  local forced = redis.pcall('GET', marker)
+  if type(forced) == 'string' and string.find(' ' .. forced .. ' ', ' ' .. owner .. ' ', 1, true) then
     return -1
   end
   return 0
@@ -745,31 +747,36 @@ return gone(forced, ARGV[1])
     ))
 });
 
-/// KEYS: lock, waitlist, waitlist expiries. Returns `{value, pttl, now ms, waiting}`
-/// when the key holds a lock (one of ours, held or kept), else nil: a free key, a
-/// reservation for the next waiter (it is being taken), and an application's key of
-/// any other type or shape are not locks. `waiting`: the waitlist's live entries.
+/// KEYS: lock, waitlist, waitlist expiries, holders (of a key held in shares). Returns
+/// `{value, pttl, now ms, waiting, shares}` when the key holds a lock (one of ours,
+/// held or kept, or shares of it), else nil: a free key, a reservation for the next
+/// waiter (it is being taken), and an application's key of any other type or shape
+/// are not locks. `waiting`: the waitlist's live entries; `shares`: for a key held in
+/// shares, each live share's owner token and remaining lease (ms), flat; else empty.
 pub(crate) static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 {seen}
-return seen()
+return seen() or shares_seen(KEYS[4])
 "#,
         seen = &*SEEN
     ))
 });
 
-/// KEYS: lock, waitlist, waitlist expiries, eviction marker. ARGV: (unused), (unused),
-/// release channel, publish command, grace of a reservation (ms). Frees a lock whoever
-/// holds it, as its release would (the waitlist's head gets the reservation, every
+/// KEYS: lock, waitlist, waitlist expiries, eviction marker, holders (of a key held in
+/// shares). ARGV: (unused), (unused), release channel, publish command, grace of a
+/// reservation (ms). Frees a lock whoever holds it — every share of a key held in
+/// shares — as its release would (the waitlist's head gets the reservation, every
 /// waiter the news), and returns what it evicted as `INSPECT` would have seen it; nil
 /// when the key held no lock.
 ///
 /// A held lock's owner token is left in the eviction marker ([`FORCED_PREFIX`]) for as
 /// long as the evicted lease had to run: the holder's next renewal, extension or
 /// release answers -1 instead of 0 (see [`GONE`]), and it counts the loss as forced.
-/// One marker per key, gone with the lease it evicted: nothing accumulates (a second
-/// eviction of the same key within that time names only the later owner).
+/// Evicted shares leave their owners' tokens, separated by spaces, for as long as the
+/// longest of them had to run. One marker per key, gone with the lease it evicted:
+/// nothing accumulates (a second eviction of the same key within that time names only
+/// the later owners).
 pub(crate) static FORCE_UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
@@ -781,6 +788,21 @@ if evicted then
     redis.call('SET', KEYS[4], owner, 'PX', math.max(1, evicted[2]))
   end
   free_for_next()
+  return evicted
+end
+evicted = shares_seen(KEYS[5])
+if evicted then
+  local owners = {{}}
+  for i = 1, #evicted[5], 2 do
+    if string.sub(evicted[5][i], 1, 5) ~= 'kept:' then
+      owners[#owners + 1] = evicted[5][i]
+    end
+  end
+  if #owners > 0 then
+    redis.call('SET', KEYS[4], table.concat(owners, ' '), 'PX', math.max(1, evicted[2]))
+  end
+  redis.call('DEL', KEYS[5])
+  free_for_next()
 end
 return evicted
 "#,
@@ -788,9 +810,11 @@ return evicted
     ))
 });
 
-/// `seen()`: the lock on KEYS[1] as `{value, pttl, now ms, waiting}` (waiting: the live
-/// entries of the waitlist KEYS[2]/KEYS[3]), or false when it holds no lock; brings
-/// `free_for_next` along for the script that frees it.
+/// `seen()`: the lock on KEYS[1] as `{value, pttl, now ms, waiting, {}}` (waiting: the
+/// live entries of the waitlist KEYS[2]/KEYS[3]), or false when it holds no lock held
+/// whole; `shares_seen(holders)`: the same for a key held in shares (`shared:<limit>`),
+/// its last element each live share of `holders` (owner token, remaining lease in ms,
+/// flat), or false; brings `free_for_next` along for the script that frees it.
 static SEEN: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
@@ -812,7 +836,28 @@ local function seen()
   end
   local now = redis.call('TIME')
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf')}}
+  return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf'), {{}}}}
+end
+local function shares_seen(holders)
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' or redis.call('STRLEN', KEYS[1]) > 30 then
+    return false
+  end
+  local value = redis.call('GET', KEYS[1])
+  local ttl = redis.call('PTTL', KEYS[1])
+  if not string.match(value, '^shared:%d+$') or ttl < 0 or redis.call('TYPE', holders)['ok'] ~= 'zset' then
+    return false
+  end
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  -- Shares whose lease ended are gone, even before a script settles them.
+  local live = redis.call('ZRANGEBYSCORE', holders, '(' .. ms, '+inf', 'WITHSCORES')
+  if #live == 0 then
+    return false
+  end
+  for i = 2, #live, 2 do
+    live[i] = math.floor(tonumber(live[i]) - ms)
+  end
+  return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf'), live}}
 end
 {FREE_FOR_NEXT_FN}
 "#

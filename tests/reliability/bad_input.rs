@@ -1049,6 +1049,10 @@ async fn keys_in_the_reserved_namespace_are_refused() {
         "redlock:waitlist:job",
         "redlock:waitlist-expiry:job",
         "redlock:",
+        // A Cluster's companion keys (`{<slot tag>}redlock:…`): refused in every mode,
+        // so that a name accepted on one server is accepted on a Cluster too.
+        "{x1}redlock:waitlist:job",
+        "{tag}redlock:holders:job",
     ];
     let single = vec![RedisServer::start()];
     let masters: Vec<RedisServer> = (0..3)

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! redlock list 'order:*'          # a table: key, holder, held for, ttl, token, waiting
+//!                                 # (a read lock's readers, a semaphore's permits below it)
 //! redlock inspect order:42        # one key; exit code 1 when free
 //! redlock unlock order:42 --force # frees it whoever holds it; prints whom it evicted
 //! redlock watch order:42          # follows it live until Ctrl-C
@@ -19,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redlock_runtime::{LockClient, LockError, LockInfo};
+use redlock_runtime::{LockClient, LockError, LockInfo, LockKind};
 
 #[derive(Parser)]
 #[command(
@@ -191,6 +192,23 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             })
         }
         Command::Unlock { key, .. } => match client.evict(&key).await? {
+            Some(evicted) if evicted.kind() != LockKind::Exclusive => {
+                // Each share: its client and the lease it had left.
+                let shares: Vec<String> = evicted
+                    .shares()
+                    .iter()
+                    .map(|share| {
+                        format!("client {}, ttl {}", share.client_id(), short(share.ttl()))
+                    })
+                    .collect();
+                written(writeln!(
+                    out,
+                    "freed {key}: evicted {} ({})",
+                    evicted.holder(),
+                    shares.join("; ")
+                ))?;
+                Ok(ExitCode::SUCCESS)
+            }
             Some(evicted) => {
                 written(writeln!(
                     out,
@@ -251,6 +269,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 }
                 let at = short(started.elapsed());
                 let line = match &info {
+                    // Shares record no token or start: their count, lease and waiters.
+                    Some(info) if info.kind() != LockKind::Exclusive => format!(
+                        "+{at} {key} held by {} (ttl {}, {} waiting)",
+                        info.holder(),
+                        short(info.ttl()),
+                        info.waiting()
+                    ),
                     Some(info) => format!(
                         "+{at} {key} held by {} (token {}, held for {}, ttl {}, {} waiting)",
                         info.holder(),
@@ -278,6 +303,24 @@ fn to_json(info: &LockInfo) -> serde_json::Value {
         "ttl_ms": info.ttl().as_millis() as u64,
         "waiting": info.waiting(),
         "kept": info.is_kept(),
+        "kind": match info.kind() {
+            LockKind::Read => "read",
+            LockKind::Semaphore { .. } => "semaphore",
+            _ => "exclusive",
+        },
+        "permits": match info.kind() {
+            LockKind::Semaphore { permits } => Some(permits),
+            _ => None,
+        },
+        "shares": info
+            .shares()
+            .iter()
+            .map(|share| serde_json::json!({
+                "client_id": share.client_id(),
+                "ttl_ms": share.ttl().as_millis() as u64,
+                "kept": share.is_kept(),
+            }))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -300,9 +343,18 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
                 } else {
                     info.holder().to_owned()
                 },
-                short(info.held_for()),
+                if info.kind() == LockKind::Exclusive {
+                    short(info.held_for())
+                } else {
+                    // Not recorded for a key held in shares.
+                    "-".to_owned()
+                },
                 short(info.ttl()),
-                info.fencing_token().to_string(),
+                if info.kind() == LockKind::Exclusive {
+                    info.fencing_token().to_string()
+                } else {
+                    "-".to_owned()
+                },
                 info.waiting().to_string(),
             ]
         })
@@ -327,8 +379,22 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
         text
     };
     writeln!(out, "{}", line(&header.map(str::to_owned)))?;
-    for row in &rows {
+    for (row, info) in rows.iter().zip(locks) {
         writeln!(out, "{}", line(row))?;
+        // A key held in shares: one line per reader or permit holder under its row.
+        let what = match info.kind() {
+            LockKind::Read => "reader",
+            _ => "permit",
+        };
+        for share in info.shares() {
+            writeln!(
+                out,
+                "  {what} held by client {}, ttl {}{}",
+                share.client_id(),
+                short(share.ttl()),
+                if share.is_kept() { " (kept)" } else { "" }
+            )?;
+        }
     }
     if rows.is_empty() {
         writeln!(out, "(no locks)")?;

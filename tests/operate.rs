@@ -877,23 +877,14 @@ async fn redlock_client(masters: &[RedisServer], name: &str) -> LockClient {
         .expect("connect to the masters")
 }
 
-/// Three fresh RedLock masters, and a holder's and an observer's client of them. One
-/// lock is taken with every master up: from then on each master votes (the
-/// fresh-deployment exception is used up), so losing one later leaves a majority.
+/// Three RedLock masters in use (vouched for: each votes at once), and a holder's and
+/// an observer's client of them.
 async fn three_masters() -> (Vec<RedisServer>, LockClient, LockClient) {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let holder = redlock_client(&masters, "redlock-holder").await;
     let observer = redlock_client(&masters, "redlock-observer").await;
-    holder
-        .lock("warm-up")
-        .wait(Duration::from_secs(5))
-        .lease(Duration::from_secs(1))
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
     (masters, holder, observer)
 }
 

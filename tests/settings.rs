@@ -60,7 +60,9 @@ async fn a_short_watchdog_lease_alone_is_renewed_at_a_third_of_it() {
 
 #[tokio::test]
 async fn redlock_max_lease_alone_shortens_the_watchdog_lease() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
     let urls = || masters.iter().map(RedisServer::url);
     // Refused before: the default watchdog lease (30 s) was longer than max_lease.
     let client = LockClient::builder_for(urls())

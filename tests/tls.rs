@@ -223,8 +223,12 @@ async fn a_password_only_server_needs_the_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_mixes_tls_and_plain_masters() {
     let pki = Pki::new();
-    let (_tls, port) = tls_server(&pki, &[]);
-    let plain = [RedisServer::start(), RedisServer::start()];
+    let (tls, port) = tls_server(&pki, &[]);
+    tls.vouch_for_its_data();
+    let plain = [
+        RedisServer::start_redlock_master(),
+        RedisServer::start_redlock_master(),
+    ];
     let urls = vec![
         format!("rediss://127.0.0.1:{port}/"),
         plain[0].url(),

@@ -176,6 +176,9 @@ impl LockClient {
 
     /// RedLock over N independent masters: every operation needs a majority of them.
     /// Connects even when a minority cannot be reached (they are retried on every use).
+    /// Masters redlock has never used vote only once `max_lease` has passed since the
+    /// first acquisition found them so (see [`LockClientBuilder::max_lease`]): a first
+    /// deployment answers [`LockError::NoQuorum`] until then.
     pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,

@@ -192,8 +192,9 @@ impl fmt::Display for LockError {
             } => write!(
                 f,
                 "lock `{}`: only {reached} of the {needed} Redis masters needed for a majority \
-                 answered and may vote (a master that restarted or lost data less than \
-                 max_lease ago does not)",
+                 answered and may vote (a master that restarted, lost data or was never used \
+                 by redlock less than max_lease ago does not: a first deployment waits \
+                 max_lease once)",
                 Preview(key)
             ),
             LockError::NotReplicated {

@@ -387,7 +387,7 @@ impl Masters {
                 tracing::warn!(
                     node = %self.nodes[index].url,
                     max_lease = ?self.max_lease,
-                    "redlock: a master restarted or may have lost data; it does not count toward a majority until max_lease has passed"
+                    "redlock: a master restarted, may have lost data, or was never used by redlock (a first deployment); it does not count toward a majority until max_lease has passed"
                 );
             }
         }

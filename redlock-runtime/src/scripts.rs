@@ -126,8 +126,9 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// its quarantine runs and it may have forgotten locks that are still running.
 ///
 /// The restart marker [`BOOT_KEY`] holds `<run_id>:<since µs>:<origin>`: the process
-/// that serves the data, since when (server clock) its quarantine runs (0: none, a
-/// marker written by hand for a deployment known to hold no lock), and whether it
+/// that serves the data, since when (server clock) its quarantine runs (0: none — only
+/// with the origin `vouched`, a marker written by hand for a deployment known to hold
+/// no lock; an older client's `0:blank` adoption is quarantined once), and whether it
 /// started `blank` (no marker at all) or from `stale` data (another process's marker).
 /// Whenever the marker does not name the running process — a restart, a promotion, a
 /// flush — the quarantine starts anew at that moment, so data lost without a restart
@@ -152,8 +153,17 @@ if ARGV[9] and ARGV[9] ~= '' then
   if type(marker) == 'string' then
     id, since, origin = string.match(marker, '^(%w+):(%d+):(%a+)$')
   end
-  if id ~= run_id then
-    if type(marker) == 'string' then origin = 'stale' else origin = 'blank' end
+  -- A marker without quarantine (since 0) counts only when vouched for by hand: older
+  -- clients wrote `:0:blank` for every master they all found blank, which a rolling
+  -- restart of every master also produces.
+  if id ~= run_id or (since == '0' and origin ~= 'vouched') then
+    if id == run_id then
+      origin = 'blank'
+    elseif type(marker) == 'string' then
+      origin = 'stale'
+    else
+      origin = 'blank'
+    end
     since = now_us
     redis.call('SET', KEYS[4], run_id .. ':' .. string.format('%.0f', since) .. ':' .. origin)
   end

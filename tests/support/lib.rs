@@ -131,7 +131,7 @@ impl RedisServer {
         let run_id = self
             .info_field("server", "run_id")
             .expect("INFO server names the run_id");
-        let marker = format!("{run_id}:0:blank");
+        let marker = format!("{run_id}:0:vouched");
         assert_eq!(self.cli(&["SET", "redlock:boot", &marker]).trim(), "OK");
     }
 

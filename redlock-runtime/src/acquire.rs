@@ -56,16 +56,17 @@ pub(crate) trait Kind: Send + Sync + 'static {
     }
 
     /// Releases whatever an interrupted attempt of `owner` may have taken (the release
-    /// script ends a share as it ends a whole lock).
+    /// script ends a share as it ends a whole lock), as a task of the client that
+    /// outlives its runtime (`Core::finish_release`).
     fn undo(
         core: Arc<Core>,
         key: String,
         owner: String,
     ) -> impl Future<Output = ()> + Send + 'static {
-        async move {
+        core.clone().finish_release(&key.clone(), &owner.clone(), None, async move {
             let outcome = core.masters().release(&key, &owner, 0).await;
             tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
-        }
+        })
     }
 }
 
@@ -262,7 +263,7 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
         match outcome {
             Ok(Outcome::Acquired { fencing_token, .. }) => {
                 drop(attempts);
-                return Ok(plan.into_guard(owner, fencing_token, sent_at, turn));
+                return plan.into_guard(owner, fencing_token, sent_at, turn);
             }
             Ok(Outcome::Busy { ttl, split, .. }) => {
                 attempts.wait_for_news(sent_at, ttl, split).await?
@@ -333,6 +334,7 @@ impl<K: Kind> Plan<K> {
             label,
             mode: _,
         } = request;
+        core.check_open(&key)?;
         validate(&key, wait, lease, hold_at_least)?;
         let masters = core.masters();
         if kind.shares().is_some() && !masters.is_single() {
@@ -386,7 +388,7 @@ impl<K: Kind> Plan<K> {
         fencing_token: u64,
         sent_at: Instant,
         turn: crate::turn::LocalTurn,
-    ) -> LockGuard {
+    ) -> Result<LockGuard, LockError> {
         let valid_for = self.core.masters().validity(self.lease);
         // A share passes the turn on at once: the client's next task may share the key.
         let turn = match self.kind.shares() {

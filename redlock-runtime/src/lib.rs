@@ -264,7 +264,7 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use macro_support::{
     AsLockClient, CurrentLock, FromLockError, LockedResult, SkippableResult, current_lock,
-    default_client, set_default_client,
+    default_client, set_default_client, shutdown_default_client,
 };
 pub use operate::LockInfo;
 pub use redlock_macros::distributed_lock;

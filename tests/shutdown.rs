@@ -30,6 +30,9 @@ enum Ending {
     /// SIGTERM, handled as the crate docs show: `select!` on the work and the signal,
     /// then `LockClient::shutdown().await`. A spawned task holds a second lock.
     Sigterm,
+    /// `main` returns right after dropping its guard when told to (a line on stdin),
+    /// which the test does while Redis hangs.
+    MainReturnsOnCue,
 }
 
 impl Ending {
@@ -38,6 +41,7 @@ impl Ending {
             Ending::MainReturns => "main-returns",
             Ending::SelectOnCtrlC => "select-ctrl-c",
             Ending::Sigterm => "sigterm",
+            Ending::MainReturnsOnCue => "main-returns-on-cue",
         }
     }
 
@@ -46,6 +50,7 @@ impl Ending {
             "main-returns" => Ending::MainReturns,
             "select-ctrl-c" => Ending::SelectOnCtrlC,
             "sigterm" => Ending::Sigterm,
+            "main-returns-on-cue" => Ending::MainReturnsOnCue,
             other => panic!("unknown scenario {other:?}"),
         }
     }
@@ -68,6 +73,7 @@ fn child_process() {
         Ending::MainReturns => main_returns(url, key, watchdog),
         Ending::SelectOnCtrlC => select_on_ctrl_c(url, key),
         Ending::Sigterm => sigterm(url, key),
+        Ending::MainReturnsOnCue => main_returns_on_cue(url, key),
     }
     std::process::exit(0);
 }
@@ -87,6 +93,18 @@ async fn main_returns(url: String, key: String, watchdog: bool) {
     };
     let guard = request.acquire().await.expect("acquire");
     held();
+    drop(guard);
+}
+
+#[tokio::main]
+async fn main_returns_on_cue(url: String, key: String) {
+    let client = LockClient::connect(&url).await.expect("connect");
+    let guard = client.lock(key).lease(LEASE).acquire().await.expect("acquire");
+    held();
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .expect("the cue")
+        .expect("stdin");
     drop(guard);
 }
 
@@ -137,18 +155,9 @@ async fn sigterm(url: String, key: String) {
     client.shutdown().await.expect("shutdown");
 }
 
-/// A child running `ending`, killed on drop.
-struct ChildProcess(Child);
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs `ending` in a child process holding `key`; returns once it has exited.
-fn run_child(ending: Ending, server: &RedisServer, key: &str, watchdog: bool) {
+/// Starts `ending` in a child process holding `key` (stdin piped) and waits until it
+/// holds it.
+fn start_child(ending: Ending, server: &RedisServer, key: &str, watchdog: bool) -> ChildProcess {
     let mode = if watchdog { "watchdog" } else { "lease" };
     let mut child = ChildProcess(
         Command::new(std::env::current_exe().expect("the test binary"))
@@ -163,29 +172,56 @@ fn run_child(ending: Ending, server: &RedisServer, key: &str, watchdog: bool) {
                 [ending.name(), &server.url(), key, mode].join("\t"),
             )
             .env_remove("REDLOCK_URL")
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn a child process"),
     );
     let stdout = child.0.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let holding = lines.any(|line| line.is_ok_and(|line| line.ends_with("HELD")));
+    // The harness writes `test child_process ... ` before the child's own line.
+    let holding = BufReader::new(stdout)
+        .lines()
+        .any(|line| line.is_ok_and(|line| line.ends_with("HELD")));
     assert!(holding, "{ending:?}: the child never held {key}");
-    match ending {
-        Ending::MainReturns => {}
-        Ending::SelectOnCtrlC => redlock_testkit::signal(child.0.id(), "INT"),
-        Ending::Sigterm => redlock_testkit::signal(child.0.id(), "TERM"),
-    }
-    let limit = Instant::now() + Duration::from_secs(20);
+    child
+}
+
+/// Waits for the child to exit successfully (killing it after 20 s); how long it took.
+fn wait_for_exit(ending: Ending, child: &mut ChildProcess) -> Duration {
+    let started = Instant::now();
     let status = loop {
         if let Some(status) = child.0.try_wait().expect("wait for the child") {
             break status;
         }
-        assert!(Instant::now() < limit, "{ending:?}: the child hung");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{ending:?}: the child hung"
+        );
         std::thread::sleep(Duration::from_millis(5));
     };
     assert!(status.success(), "{ending:?}: the child failed: {status}");
+    started.elapsed()
+}
+
+/// A child running `ending`, killed on drop.
+struct ChildProcess(Child);
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `ending` in a child process holding `key`; returns once it has exited.
+fn run_child(ending: Ending, server: &RedisServer, key: &str, watchdog: bool) {
+    let mut child = start_child(ending, server, key, watchdog);
+    match ending {
+        Ending::MainReturns | Ending::MainReturnsOnCue => {}
+        Ending::SelectOnCtrlC => redlock_testkit::signal(child.0.id(), "INT"),
+        Ending::Sigterm => redlock_testkit::signal(child.0.id(), "TERM"),
+    }
+    wait_for_exit(ending, &mut child);
 }
 
 /// Runs `ending` RUNS times; returns the runs whose keys were still held once the
@@ -233,6 +269,25 @@ async fn work_cut_short_by_ctrl_c_in_a_select_leaves_the_key_free() {
 async fn sigterm_through_shutdown_frees_every_lock_of_the_process() {
     let left = runs_leaving_locks(Ending::Sigterm, &["", ":worker"]).await;
     assert!(left.is_empty(), "held after exit in {} of {RUNS} runs: {left:?}", left.len());
+}
+
+/// The release a runtime's shutdown sends must not hang the exit when Redis does not
+/// answer: the exit waits for it no longer than its bound (1 s with default settings).
+#[test]
+fn an_exit_while_redis_hangs_waits_for_the_release_no_longer_than_its_bound() {
+    use std::io::Write;
+    let server = RedisServer::start();
+    for run in 0..3 {
+        let ending = Ending::MainReturnsOnCue;
+        let mut child = start_child(ending, &server, &format!("hang:{run}"), false);
+        server.pause();
+        let cue = child.0.stdin.as_mut().expect("stdin").write_all(b"go\n");
+        let took = cue.map(|()| wait_for_exit(ending, &mut child));
+        server.resume();
+        let took = took.expect("cue the child");
+        eprintln!("run {run}: exited {took:?} after its cue");
+        assert!(took < Duration::from_secs(8), "exit delayed by {took:?}");
+    }
 }
 
 #[tokio::test]

@@ -99,7 +99,12 @@ async fn main_returns(url: String, key: String, watchdog: bool) {
 #[tokio::main]
 async fn main_returns_on_cue(url: String, key: String) {
     let client = LockClient::connect(&url).await.expect("connect");
-    let guard = client.lock(key).lease(LEASE).acquire().await.expect("acquire");
+    let guard = client
+        .lock(key)
+        .lease(LEASE)
+        .acquire()
+        .await
+        .expect("acquire");
     held();
     tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
         .await
@@ -256,19 +261,31 @@ async fn runs_leaving_locks(ending: Ending, keys_per_run: &[&str]) -> Vec<String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_dropped_as_main_returns_is_released_before_the_process_exits() {
     let left = runs_leaving_locks(Ending::MainReturns, &[""]).await;
-    assert!(left.is_empty(), "held after exit in {} of {RUNS} runs: {left:?}", left.len());
+    assert!(
+        left.is_empty(),
+        "held after exit in {} of {RUNS} runs: {left:?}",
+        left.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_cut_short_by_ctrl_c_in_a_select_leaves_the_key_free() {
     let left = runs_leaving_locks(Ending::SelectOnCtrlC, &[""]).await;
-    assert!(left.is_empty(), "held after exit in {} of {RUNS} runs: {left:?}", left.len());
+    assert!(
+        left.is_empty(),
+        "held after exit in {} of {RUNS} runs: {left:?}",
+        left.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_through_shutdown_frees_every_lock_of_the_process() {
     let left = runs_leaving_locks(Ending::Sigterm, &["", ":worker"]).await;
-    assert!(left.is_empty(), "held after exit in {} of {RUNS} runs: {left:?}", left.len());
+    assert!(
+        left.is_empty(),
+        "held after exit in {} of {RUNS} runs: {left:?}",
+        left.len()
+    );
 }
 
 /// The release a runtime's shutdown sends must not hang the exit when Redis does not
@@ -306,7 +323,11 @@ async fn after_shutdown_an_acquisition_is_refused_naming_its_key() {
         assert!(!error.key().is_empty());
         assert!(error.to_string().contains("shut down"), "{error}");
     }
-    let error = client.election("leader").campaign().await.expect_err("refused");
+    let error = client
+        .election("leader")
+        .campaign()
+        .await
+        .expect_err("refused");
     assert!(matches!(error, LockError::ShutDown { .. }), "{error:?}");
     // Twice does no harm.
     client.shutdown().await.unwrap();
@@ -322,7 +343,12 @@ async fn shutdown_releases_the_locks_held_by_live_guards_and_tells_them() {
         .await
         .unwrap();
     let watched = client.lock("held:watchdog").acquire().await.unwrap();
-    let leased = client.lock("held:lease").lease(LEASE).acquire().await.unwrap();
+    let leased = client
+        .lock("held:lease")
+        .lease(LEASE)
+        .acquire()
+        .await
+        .unwrap();
     let kept = client
         .lock("held:kept")
         .lease(LEASE)
@@ -347,11 +373,51 @@ async fn shutdown_releases_the_locks_held_by_live_guards_and_tells_them() {
             .await
             .expect("lost() resolves");
     }
-    let error = leased.extend(LEASE).await.expect_err("extend after shutdown");
+    let error = leased
+        .extend(LEASE)
+        .await
+        .expect_err("extend after shutdown");
     assert!(matches!(error, LockError::ShutDown { .. }), "{error:?}");
-    let error = watched.release().await.expect_err("released by the shutdown");
-    assert!(matches!(error, LockError::ShutDown { ref key } if key == "held:watchdog"), "{error:?}");
+    let error = watched
+        .release()
+        .await
+        .expect_err("released by the shutdown");
+    assert!(
+        matches!(error, LockError::ShutDown { ref key } if key == "held:watchdog"),
+        "{error:?}"
+    );
     drop((leased, kept, reader));
+}
+
+#[tokio::test]
+async fn an_acquisition_waiting_at_shutdown_takes_nothing_when_it_is_woken() {
+    let server = RedisServer::start();
+    let holder = LockClient::connect(&server.url()).await.unwrap();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let held = holder.lock("busy").lease(LEASE).acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("busy")
+                .wait(Duration::from_secs(20))
+                .lease(LEASE)
+                .acquire()
+                .await
+        }
+    });
+    while holder.inspect("busy").await.unwrap().unwrap().waiting() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    client.shutdown().await.unwrap();
+    held.release().await.unwrap();
+    let refused = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .expect_err("refused after shutdown");
+    assert!(matches!(refused, LockError::ShutDown { .. }), "{refused:?}");
+    assert!(holder.inspect("busy").await.unwrap().is_none());
 }
 
 #[distributed_lock(key = "report:<day>", lease = "10s")]

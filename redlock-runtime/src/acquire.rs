@@ -255,6 +255,8 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
     tracing::trace!(name: "turn_taken", target: metrics::TIMING, key = %plan.key, baton = baton.is_some(), "redlock: turn taken");
     let mut attempts = Attempts::new(&plan, baton);
     loop {
+        // A shutdown while this acquisition waited: no new attempt.
+        plan.core.check_open(&plan.key)?;
         let Tried {
             owner,
             sent_at,

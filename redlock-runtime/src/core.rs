@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -91,10 +91,9 @@ fn keep_ms(hold_at_least: Option<Duration>, held: Duration) -> u64 {
         .unwrap_or(0)
 }
 
-/// The locks a client's guards hold, and whether it was shut down.
+/// The locks a client's guards hold.
 #[derive(Default)]
 struct Held {
-    shut_down: bool,
     next_id: u64,
     locks: HashMap<u64, Arc<HeldLock>>,
 }
@@ -125,6 +124,8 @@ pub(crate) struct Core {
     turns: Arc<Turns>,
     watchdog: Watchdog,
     held: Mutex<Held>,
+    /// Set once, under `held`'s lock, by `shutdown`; read without it by `check_open`.
+    shut_down: AtomicBool,
     /// Releases and clean-ups running in the background.
     in_flight: Arc<InFlight>,
     reconnect: Reconnect,
@@ -151,6 +152,7 @@ impl Core {
             turns: Arc::new(Turns::default()),
             watchdog,
             held: Mutex::new(Held::default()),
+            shut_down: AtomicBool::new(false),
             in_flight: Arc::new(InFlight::default()),
             reconnect,
             exit_flush: Mutex::new(None),
@@ -206,7 +208,7 @@ impl Core {
 
     /// `Err(ShutDown)` once the client was shut down: it takes no new lock.
     pub(crate) fn check_open(&self, key: &str) -> Result<(), LockError> {
-        if self.held().shut_down {
+        if self.shut_down.load(Ordering::Acquire) {
             return Err(LockError::ShutDown {
                 key: key.to_owned(),
             });
@@ -218,7 +220,7 @@ impl Core {
     /// the client was shut down meanwhile (the caller then releases it).
     pub(crate) fn hold(&self, mut lock: HeldLock) -> Result<Arc<HeldLock>, Arc<HeldLock>> {
         let mut held = self.held();
-        if held.shut_down {
+        if self.shut_down.load(Ordering::Acquire) {
             return Err(Arc::new(lock));
         }
         held.next_id += 1;
@@ -279,7 +281,7 @@ impl Core {
     pub(crate) async fn shutdown(&self) -> Result<(), LockError> {
         let locks: Vec<Arc<HeldLock>> = {
             let mut held = self.held();
-            held.shut_down = true;
+            self.shut_down.store(true, Ordering::Release);
             held.locks.drain().map(|(_, lock)| lock).collect()
         };
         for lock in &locks {
@@ -326,12 +328,7 @@ impl Core {
     /// down): sends it on a connection of its own, from a thread of its own, and waits
     /// for Redis's answer until the flush's deadline (see [`EXIT_FLUSH_LIMIT`]). Blocks
     /// the thread that drops the task, which is the runtime's shutdown, never a task.
-    fn release_on_exit(
-        &self,
-        key: String,
-        owner: String,
-        keep_until: Option<std::time::Instant>,
-    ) {
+    fn release_on_exit(&self, key: String, owner: String, keep_until: Option<std::time::Instant>) {
         let now = std::time::Instant::now();
         let (jobs, deadline) = {
             let mut flush = self.exit_flush.lock().unwrap_or_else(|e| e.into_inner());
@@ -359,8 +356,8 @@ impl Core {
     }
 
     fn start_exit_flush(&self, now: std::time::Instant) -> Option<ExitFlush> {
-        let limit = (self.config.connect_timeout + self.config.response_timeout)
-            .min(EXIT_FLUSH_LIMIT);
+        let limit =
+            (self.config.connect_timeout + self.config.response_timeout).min(EXIT_FLUSH_LIMIT);
         let deadline = now + limit;
         let (jobs, queue) = tokio::sync::mpsc::unbounded_channel();
         // Only made here, polled on the thread: the runtime it connects in is that one's.

@@ -264,7 +264,10 @@ impl Holding {
         if keep > 0 || !masters.can_hand_off() || state.is_lost() {
             return (free().await, state.take_turn());
         }
-        let hand_off = match state.take_turn().map(|turn| turn.hand_off(&self.lock.owner)) {
+        let hand_off = match state
+            .take_turn()
+            .map(|turn| turn.hand_off(&self.lock.owner))
+        {
             Some(Ok(hand_off)) => {
                 tracing::trace!(name: "baton_left", target: metrics::TIMING, key, "redlock: lock left for the next in line");
                 hand_off

@@ -69,6 +69,13 @@ fn child_process() {
     };
     let (url, key) = (url.to_owned(), key.to_owned());
     let watchdog = watchdog == "watchdog";
+    // RUST_LOG=redlock=debug shows what the child's client did, on the test's stderr.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     match Ending::parse(ending) {
         Ending::MainReturns => main_returns(url, key, watchdog),
         Ending::SelectOnCtrlC => select_on_ctrl_c(url, key),

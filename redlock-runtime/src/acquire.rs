@@ -66,6 +66,7 @@ pub(crate) trait Kind: Send + Sync + 'static {
         core.clone().finish_release(&key.clone(), &owner.clone(), None, async move {
             let outcome = core.masters().release(&key, &owner, 0).await;
             tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+            outcome.is_ok()
         })
     }
 }

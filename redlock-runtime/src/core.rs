@@ -91,6 +91,14 @@ fn keep_ms(hold_at_least: Option<Duration>, held: Duration) -> u64 {
         .unwrap_or(0)
 }
 
+/// [`keep_ms`] for a release that must keep the key until `until`.
+fn keep_ms_until(until: Option<std::time::Instant>) -> u64 {
+    until.map_or(0, |until| {
+        let rest = until.saturating_duration_since(std::time::Instant::now());
+        keep_ms(Some(rest), Duration::ZERO)
+    })
+}
+
 /// The locks a client's guards hold.
 #[derive(Default)]
 struct Held {
@@ -237,28 +245,44 @@ impl Core {
     }
 
     /// Runs `work` — the release of `key` by `owner`, or the clean-up of an
-    /// interrupted acquisition — as a background task of this client: counted until it
-    /// ends (for [`Core::shutdown`]), and, if its runtime drops it unfinished, followed
-    /// by the same release sent on a connection of its own ([`EXIT_FLUSH_LIMIT`]).
+    /// interrupted acquisition, resolving to whether Redis answered — as a background
+    /// task of this client: counted until it ends (for [`Core::shutdown`]), and, if its
+    /// runtime drops it unfinished, followed by the same release sent on a connection
+    /// of its own ([`EXIT_FLUSH_LIMIT`]).
+    ///
+    /// Without an answer, the release is sent once more from a task of its own: a
+    /// runtime shutting down may have dropped the connection's task before this one
+    /// (Redis then "fails" with a broken pipe), and it drops a task spawned now at
+    /// once, which sends the release at exit; a runtime still running retries it.
     pub(crate) fn finish_release<W>(
         self: &Arc<Self>,
         key: &str,
         owner: &str,
         keep_until: Option<std::time::Instant>,
         work: W,
-    ) -> impl Future<Output = W::Output> + Send + use<W>
+    ) -> impl Future<Output = ()> + Send + use<W>
     where
-        W: Future + Send + 'static,
+        W: Future<Output = bool> + Send + 'static,
     {
         let running = self.in_flight.start();
         let core = self.clone();
         let (key, owner) = (key.to_owned(), owner.to_owned());
-        let unfinished = Unless::new(move || core.release_on_exit(key, owner, keep_until));
+        let unfinished = Unless::new({
+            let (core, key, owner) = (core.clone(), key.clone(), owner.clone());
+            move || core.release_on_exit(key, owner, keep_until)
+        });
         async move {
-            let output = work.await;
-            unfinished.done();
-            drop(running);
-            output
+            if work.await {
+                unfinished.done();
+                return;
+            }
+            tokio::spawn(async move {
+                let keep = keep_ms_until(keep_until);
+                let outcome = core.masters().release(&key, &owner, keep).await;
+                tracing::debug!(%key, ok = outcome.is_ok(), "redlock: sent an unanswered release again");
+                unfinished.done();
+                drop(running);
+            });
         }
     }
 
@@ -267,9 +291,9 @@ impl Core {
         self: &Arc<Self>,
         lock: &HeldLock,
         work: W,
-    ) -> impl Future<Output = W::Output> + Send + use<W>
+    ) -> impl Future<Output = ()> + Send + use<W>
     where
-        W: Future + Send + 'static,
+        W: Future<Output = bool> + Send + 'static,
     {
         self.finish_release(&lock.key, &lock.owner, lock.keep_until(), work)
     }
@@ -405,12 +429,7 @@ async fn flush_on_exit(
     while let Some(release) = queue.recv().await {
         let masters = masters.clone();
         tokio::spawn(async move {
-            let keep = release.keep_until.map_or(0, |until| {
-                keep_ms(
-                    Some(until.saturating_duration_since(std::time::Instant::now())),
-                    Duration::ZERO,
-                )
-            });
+            let keep = keep_ms_until(release.keep_until);
             let outcome = masters.release(&release.key, &release.owner, keep).await;
             tracing::debug!(key = %release.key, ok = outcome.is_ok(), "redlock: sent a release cut short at exit");
             let _ = release.sent.send(());

@@ -211,6 +211,7 @@ impl Holding {
             self.client.finish_releasing(lock, async move {
                 let outcome = client.masters().release(&key, &owner, keep).await;
                 tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
+                outcome.is_ok()
             })
         });
         let (outcome, turn) = self.hand_off_or_free(key, keep).await;
@@ -308,8 +309,13 @@ impl Holding {
             let key = std::mem::take(&mut key);
             let (client, lock) = (self.client.clone(), self.lock.clone());
             client.finish_releasing(&lock, async move {
-                if let Err(error) = self.release(&key).await {
-                    tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
+                match self.release(&key).await {
+                    Ok(()) => true,
+                    Err(error) => {
+                        tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
+                        // Redis answered, if only that the lock was gone.
+                        !error.is_unavailable()
+                    }
                 }
             })
         }));

@@ -345,10 +345,11 @@ impl LockClient {
     }
 
     /// Ends the client's work, for a clean exit (a rolling deploy, SIGTERM): refuses
-    /// new acquisitions from then on, on every clone ([`LockError::ShutDown`]; an
-    /// acquisition under way when it is called fails the same way, its lock released),
+    /// new acquisitions from then on, on every clone ([`LockError::ShutDown`]; one
+    /// waiting when it is called fails the same way at its next attempt, and one that
+    /// acquires meanwhile gives its lock back),
     /// releases every lock the client's guards hold (they turn
-    /// [lost](LockGuard::is_lost), and their `release` returns `ShutDown`), and waits for
+    /// [lost](crate::LockGuard::is_lost), and their `release` returns `ShutDown`), and waits for
     /// the releases running in the background (of dropped guards, of interrupted calls).
     /// Each is bounded by the response timeout. Returns the first release that failed,
     /// after trying them all. Calling it again does no harm.
@@ -356,8 +357,8 @@ impl LockClient {
     /// Without it nothing is left behind either, only later: a guard dropped as `main`
     /// returns (or a task cut short) is released in the background, and if the runtime
     /// shuts down first, its shutdown sends the release on a connection of its own
-    /// (at most a second per client). A lock whose guard is still held in a task
-    /// that keeps running is released by `shutdown` alone.
+    /// (at most a second per client); so is a guard held by a task the runtime ends
+    /// there. A guard held by a task that keeps running is released by `shutdown` alone.
     ///
     /// ```no_run
     /// # async fn serve(_: &redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> { Ok(()) }
@@ -373,8 +374,6 @@ impl LockClient {
     /// client.shutdown().await?;
     /// # Ok(()) }
     /// ```
-    ///
-    /// [`LockGuard::is_lost`]: crate::LockGuard::is_lost
     pub async fn shutdown(&self) -> Result<(), LockError> {
         self.inner.shutdown().await
     }

@@ -63,11 +63,13 @@ pub(crate) trait Kind: Send + Sync + 'static {
         key: String,
         owner: String,
     ) -> impl Future<Output = ()> + Send + 'static {
-        core.clone().finish_release(&key.clone(), &owner.clone(), None, async move {
+        let cleanup = core.clone();
+        let (k, o) = (key.clone(), owner.clone());
+        cleanup.finish_release(&k, &o, None, Box::pin(async move {
             let outcome = core.masters().release(&key, &owner, 0).await;
             tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
             outcome.is_ok()
-        })
+        }))
     }
 }
 

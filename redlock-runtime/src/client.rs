@@ -666,7 +666,10 @@ impl LockClientBuilder {
             url: url.clone(),
             config,
         };
-        let masters = Masters::new(servers.connect().await?, &servers.config);
+        // Boxed: connecting nests deep futures (redis-rs's), and an application's future
+        // that awaits `connect()` must stay within the compiler's query depth.
+        let nodes = Box::pin(servers.connect()).await?;
+        let masters = Masters::new(nodes, &servers.config);
         let config = servers.config.clone();
         // The same servers again, from a runtime of its own: see `Core`'s releases at exit.
         let reconnect: Reconnect = Box::new(move || {

@@ -33,6 +33,9 @@ use crate::watchdog::Watchdog;
 /// while Redis hangs is delayed by no more than this.
 pub(crate) const EXIT_FLUSH_LIMIT: Duration = Duration::from_secs(1);
 
+/// A release (or clean-up) run in the background; resolves to whether Redis answered.
+pub(crate) type Background = Pin<Box<dyn Future<Output = bool> + Send>>;
+
 /// Connects anew to the client's servers, outside the runtime the client was made in.
 pub(crate) type Reconnect =
     Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Masters, LockError>> + Send>> + Send + Sync>;
@@ -254,16 +257,16 @@ impl Core {
     /// runtime shutting down may have dropped the connection's task before this one
     /// (Redis then "fails" with a broken pipe), and it drops a task spawned now at
     /// once, which sends the release at exit; a runtime still running retries it.
-    pub(crate) fn finish_release<W>(
+    ///
+    /// `work` comes boxed: its type stays out of the types of the futures that arm a
+    /// clean-up (a release, an acquire), which are deep enough already.
+    pub(crate) fn finish_release(
         self: &Arc<Self>,
         key: &str,
         owner: &str,
         keep_until: Option<std::time::Instant>,
-        work: W,
-    ) -> impl Future<Output = ()> + Send + use<W>
-    where
-        W: Future<Output = bool> + Send + 'static,
-    {
+        work: Background,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
         let running = self.in_flight.start();
         let core = self.clone();
         let (key, owner) = (key.to_owned(), owner.to_owned());
@@ -287,14 +290,11 @@ impl Core {
     }
 
     /// [`Core::finish_release`] for a held lock.
-    pub(crate) fn finish_releasing<W>(
+    pub(crate) fn finish_releasing(
         self: &Arc<Self>,
         lock: &HeldLock,
-        work: W,
-    ) -> impl Future<Output = ()> + Send + use<W>
-    where
-        W: Future<Output = bool> + Send + 'static,
-    {
+        work: Background,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
         self.finish_release(&lock.key, &lock.owner, lock.keep_until(), work)
     }
 

@@ -208,11 +208,14 @@ impl Holding {
         // (compare-and-delete: harmless if it was done).
         let unfinished = SpawnOnDrop::new(|| {
             let (client, key, owner) = (self.client.clone(), key.to_owned(), lock.owner.clone());
-            self.client.finish_releasing(lock, async move {
-                let outcome = client.masters().release(&key, &owner, keep).await;
-                tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
-                outcome.is_ok()
-            })
+            self.client.finish_releasing(
+                lock,
+                Box::pin(async move {
+                    let outcome = client.masters().release(&key, &owner, keep).await;
+                    tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
+                    outcome.is_ok()
+                }),
+            )
         });
         let (outcome, turn) = self.hand_off_or_free(key, keep).await;
         unfinished.disarm();
@@ -308,16 +311,19 @@ impl Holding {
         drop(SpawnOnDrop::new(|| {
             let key = std::mem::take(&mut key);
             let (client, lock) = (self.client.clone(), self.lock.clone());
-            client.finish_releasing(&lock, async move {
-                match self.release(&key).await {
-                    Ok(()) => true,
-                    Err(error) => {
-                        tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
-                        // Redis answered, if only that the lock was gone.
-                        !error.is_unavailable()
+            client.finish_releasing(
+                &lock,
+                Box::pin(async move {
+                    match self.release(&key).await {
+                        Ok(()) => true,
+                        Err(error) => {
+                            tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
+                            // Redis answered, if only that the lock was gone.
+                            !error.is_unavailable()
+                        }
                     }
-                }
-            })
+                }),
+            )
         }));
     }
 }

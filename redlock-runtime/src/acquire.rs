@@ -57,16 +57,20 @@ pub(crate) trait Kind: Send + Sync + 'static {
     }
 
     /// Releases whatever an interrupted attempt of `owner` may have taken (the release
-    /// script ends a share as it ends a whole lock).
+    /// script ends a share as it ends a whole lock), as a task of the client that
+    /// outlives its runtime (`Core::finish_release`).
     fn undo(
         core: Arc<Core>,
         key: String,
         owner: String,
     ) -> impl Future<Output = ()> + Send + 'static {
-        async move {
+        let cleanup = core.clone();
+        let (k, o) = (key.clone(), owner.clone());
+        cleanup.finish_release(&k, &o, None, Box::pin(async move {
             let outcome = core.masters().release(&key, &owner, 0).await;
             tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
-        }
+            outcome.is_ok()
+        }))
     }
 }
 
@@ -265,6 +269,8 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
     tracing::trace!(name: "turn_taken", target: metrics::TIMING, key = %plan.key, baton = baton.is_some(), "redlock: turn taken");
     let mut attempts = Attempts::new(&plan, baton);
     loop {
+        // A shutdown while this acquisition waited: no new attempt.
+        plan.core.check_open(&plan.key)?;
         let Tried {
             owner,
             sent_at,
@@ -273,7 +279,7 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
         match outcome {
             Ok(Outcome::Acquired { fencing_token, .. }) => {
                 drop(attempts);
-                return Ok(plan.into_guard(owner, fencing_token, sent_at, turn));
+                return plan.into_guard(owner, fencing_token, sent_at, turn);
             }
             Ok(Outcome::Busy { ttl, split, .. }) => {
                 attempts.wait_for_news(sent_at, ttl, split).await?
@@ -344,6 +350,7 @@ impl<K: Kind> Plan<K> {
             label,
             mode: _,
         } = request;
+        core.check_open(&key)?;
         validate(&key, wait, lease, hold_at_least)?;
         let masters = core.masters();
         if kind.shares().is_some() && !masters.is_single() {
@@ -397,7 +404,7 @@ impl<K: Kind> Plan<K> {
         fencing_token: u64,
         sent_at: Instant,
         turn: Option<LocalTurn>,
-    ) -> LockGuard {
+    ) -> Result<LockGuard, LockError> {
         let valid_for = self.core.masters().validity(self.lease);
         // A share passes the turn on at once: the client's next task may share the key.
         let turn = match self.kind.shares() {

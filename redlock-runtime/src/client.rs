@@ -9,7 +9,7 @@ use redis::IntoConnectionInfo;
 use crate::acquire::{LockRequest, Mode};
 use crate::config::{ClientConfig, DEFAULT_URL, redact};
 use crate::connect;
-use crate::core::Core;
+use crate::core::{Core, Reconnect};
 use crate::election::Election;
 use crate::error::LockError;
 use crate::masters::Masters;
@@ -354,6 +354,40 @@ impl LockClient {
         operate::evict(&self.inner, key).await
     }
 
+    /// Ends the client's work, for a clean exit (a rolling deploy, SIGTERM): refuses
+    /// new acquisitions from then on, on every clone ([`LockError::ShutDown`]; one
+    /// waiting when it is called fails the same way at its next attempt, and one that
+    /// acquires meanwhile gives its lock back),
+    /// releases every lock the client's guards hold (they turn
+    /// [lost](crate::LockGuard::is_lost), and their `release` returns `ShutDown`), and waits for
+    /// the releases running in the background (of dropped guards, of interrupted calls).
+    /// Each is bounded by the response timeout. Returns the first release that failed,
+    /// after trying them all. Calling it again does no harm.
+    ///
+    /// Without it nothing is left behind either, only later: a guard dropped as `main`
+    /// returns (or a task cut short) is released in the background, and if the runtime
+    /// shuts down first, its shutdown sends the release on a connection of its own
+    /// (at most a second per client); so is a guard held by a task the runtime ends
+    /// there. A guard held by a task that keeps running is released by `shutdown` alone.
+    ///
+    /// ```no_run
+    /// # async fn serve(_: &redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> { Ok(()) }
+    /// # async fn run() -> Result<(), redlock_runtime::LockError> {
+    /// use tokio::signal::unix::{signal, SignalKind};
+    /// let client = redlock_runtime::LockClient::from_env().await?;
+    /// let mut terminate = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    /// tokio::select! {
+    ///     result = serve(&client) => result?,
+    ///     _ = terminate.recv() => {}
+    ///     _ = tokio::signal::ctrl_c() => {}
+    /// }
+    /// client.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> Result<(), LockError> {
+        self.inner.shutdown().await
+    }
+
     /// The lease used when an acquisition names none (watchdog mode).
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.config().watchdog_lease
@@ -663,25 +697,65 @@ impl LockClientBuilder {
                 "confirm_replicas is for one server or Sentinel, not Redis Cluster",
             ));
         }
-        let nodes = match &self.topology {
-            Topology::Masters => Self::connect_masters(targets, &config).await?,
+        let servers = Servers {
+            targets,
+            topology: self.topology,
+            url: url.clone(),
+            config,
+        };
+        // Boxed: connecting nests deep futures (redis-rs's), and an application's future
+        // that awaits `connect()` must stay within the compiler's query depth.
+        let nodes = Box::pin(servers.connect()).await?;
+        let masters = Masters::new(nodes, &servers.config);
+        let config = servers.config.clone();
+        // The same servers again, from a runtime of its own: see `Core`'s releases at exit.
+        let reconnect: Reconnect = Box::new(move || {
+            let servers = servers.clone();
+            Box::pin(async move {
+                let nodes = servers.connect().await?;
+                Ok(Masters::new(nodes, &servers.config))
+            })
+        });
+        Ok(LockClient {
+            inner: Core::new(url, masters, config, reconnect),
+        })
+    }
+}
+
+/// Where a client connects, kept to connect again.
+#[derive(Clone)]
+struct Servers {
+    targets: Vec<(redis::ConnectionInfo, String)>,
+    topology: Topology,
+    /// As shown (passwords hidden): names a Cluster or Sentinel node in its errors.
+    #[cfg_attr(not(any(feature = "cluster", feature = "sentinel")), allow(dead_code))]
+    url: String,
+    config: ClientConfig,
+}
+
+impl Servers {
+    async fn connect(&self) -> Result<Vec<Node>, LockError> {
+        let (targets, config) = (self.targets.clone(), &self.config);
+        Ok(match &self.topology {
+            Topology::Masters => Self::connect_masters(targets, config).await?,
             #[cfg(feature = "cluster")]
             Topology::Cluster => {
                 let seeds = targets.into_iter().map(|(info, _)| info).collect();
-                vec![connect::cluster(seeds, url.clone(), &config).await?]
+                vec![connect::cluster(seeds, self.url.clone(), config).await?]
             }
             #[cfg(feature = "sentinel")]
             Topology::Sentinel(service) => {
                 let sentinels = targets.into_iter().map(|(info, _)| info).collect();
                 vec![
-                    connect::sentinel(sentinels, service, format!("{service}@{url}"), &config)
-                        .await?,
+                    connect::sentinel(
+                        sentinels,
+                        service,
+                        format!("{service}@{}", self.url),
+                        config,
+                    )
+                    .await?,
                 ]
             }
-        };
-        let masters = Masters::new(nodes, &config);
-        Ok(LockClient {
-            inner: Core::new(url, masters, config),
         })
     }
 

@@ -136,6 +136,14 @@ pub enum LockError {
         key: String,
     },
 
+    /// The client was shut down (`LockClient::shutdown`, or `shutdown_default_client`
+    /// for the default client): it takes no new lock, and the locks it held were
+    /// released, this one included if it was held.
+    ShutDown {
+        /// The lock's key.
+        key: String,
+    },
+
     /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
     NoDefaultClient {
         /// The key of the call that needed it.
@@ -224,6 +232,12 @@ impl fmt::Display for LockError {
                  read inside a write re-enters)",
                 Preview(key)
             ),
+            LockError::ShutDown { key } => write!(
+                f,
+                "lock `{}`: the lock client was shut down; it takes no new lock and released \
+                 the ones it held",
+                Preview(key)
+            ),
             LockError::NoDefaultClient { key, reason } => {
                 write!(
                     f,
@@ -287,6 +301,7 @@ impl LockError {
             | LockError::NotReplicated { key, .. }
             | LockError::PermitsMismatch { key, .. }
             | LockError::WouldDeadlock { key }
+            | LockError::ShutDown { key }
             | LockError::NoDefaultClient { key, .. } => key,
             LockError::Connect { .. } | LockError::Auth { .. } | LockError::Tls { .. } => "",
         }

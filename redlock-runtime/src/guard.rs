@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cleanup::SpawnOnDrop;
-use crate::core::Core;
+use crate::core::{Core, HeldLock};
 use crate::error::LockError;
 use crate::hand_off::HandOffOutcome;
 use crate::masters::QuorumError;
@@ -18,6 +18,12 @@ use crate::turn::LocalTurn;
 
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases it in the
 /// background (never blocking), or, outside a tokio runtime, leaves it to expire.
+///
+/// A release in the background outlives the program's `main`: when the runtime shuts
+/// down before it is done, the runtime's shutdown sends it on a connection of its own
+/// and waits for Redis's answer, at most a second per client (less when the client's
+/// connect and response timeouts add up to less). The client's `shutdown` releases
+/// every lock it holds and waits for those releases, within the response timeout.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     key: String,
@@ -28,11 +34,8 @@ pub struct LockGuard {
 /// What releasing needs; taken out by `release` so that `Drop` has nothing left to do.
 struct Holding {
     client: Arc<Core>,
-    owner: String,
-    acquired_at: Instant,
-    hold_at_least: Option<Duration>,
-    state: Arc<LockState>,
-    watchdog_id: Option<u64>,
+    /// Shared with the client, whose shutdown may release it first (`Core::let_go`).
+    lock: Arc<HeldLock>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -62,7 +65,9 @@ pub(crate) struct Acquired {
 }
 
 impl LockGuard {
-    pub(crate) fn new(acquired: Acquired) -> Self {
+    /// The guard of a lock just acquired; `Err(ShutDown)` when its client was shut
+    /// down meanwhile (the lock is then released in the background).
+    pub(crate) fn new(acquired: Acquired) -> Result<Self, LockError> {
         let state = LockState::new(
             acquired.sent_at,
             acquired.valid_for,
@@ -76,23 +81,31 @@ impl LockGuard {
                 state.clone(),
             )
         });
-        LockGuard {
-            key: acquired.key,
-            fencing_token: acquired.fencing_token,
-            held: Some(Holding {
-                client: acquired.client,
-                owner: acquired.owner,
-                acquired_at: acquired.sent_at,
-                hold_at_least: acquired.hold_at_least,
-                state,
-                watchdog_id,
+        let lock = HeldLock::new(
+            acquired.key.clone(),
+            acquired.owner,
+            acquired.sent_at,
+            acquired.hold_at_least,
+            state,
+            watchdog_id,
+        );
+        let client = acquired.client;
+        match client.hold(lock) {
+            Ok(lock) => Ok(LockGuard {
+                key: acquired.key,
+                fencing_token: acquired.fencing_token,
+                held: Some(Holding { client, lock }),
             }),
+            Err(lock) => {
+                Holding { client, lock }.release_in_background(acquired.key.clone());
+                Err(LockError::ShutDown { key: acquired.key })
+            }
         }
     }
 
     /// The shared state of the lock (for `current_lock()`).
     pub(crate) fn state(&self) -> Option<Arc<LockState>> {
-        self.held.as_ref().map(|held| held.state.clone())
+        self.held.as_ref().map(|held| held.lock.state.clone())
     }
 
     /// The lock's key.
@@ -110,7 +123,9 @@ impl LockGuard {
     /// True once the lock is known gone (found missing or taken by the watchdog or
     /// `extend`), or its lease may have run out.
     pub fn is_lost(&self) -> bool {
-        self.held.as_ref().is_none_or(|held| held.state.is_lost())
+        self.held
+            .as_ref()
+            .is_none_or(|held| held.lock.state.is_lost())
     }
 
     /// How long the lock is surely still ours, by this client's conservative estimate
@@ -122,13 +137,13 @@ impl LockGuard {
     pub fn lease_remaining(&self) -> Duration {
         self.held
             .as_ref()
-            .map_or(Duration::ZERO, |held| held.state.remaining())
+            .map_or(Duration::ZERO, |held| held.lock.state.remaining())
     }
 
     /// Resolves when the lock is known gone or its lease runs out without renewal.
     pub async fn lost(&self) {
         if let Some(held) = &self.held {
-            held.state.lost().await;
+            held.lock.state.lost().await;
         }
     }
 
@@ -138,11 +153,14 @@ impl LockGuard {
     /// holder then die, they take the key when the shorter lease ends.
     pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         let held = self.held.as_ref().ok_or_else(|| self.lost_error())?;
+        // Shut down: its lock was released (or is being) by the shutdown.
+        held.client.check_open(&self.key)?;
+        let state = &held.lock.state;
         let lease_ms = crate::limits::lease_millis(&self.key, lease)?;
         let masters = &held.client.masters();
         crate::limits::check_max_lease(masters, &self.key, "extend", lease)?;
-        let update = held.state.begin_update(masters.validity(lease));
-        let extended = match masters.extend(&self.key, &held.owner, lease_ms).await {
+        let update = state.begin_update(masters.validity(lease));
+        let extended = match masters.extend(&self.key, &held.lock.owner, lease_ms).await {
             Ok(extended) => extended,
             Err(error) => {
                 update.unknown();
@@ -155,7 +173,7 @@ impl LockGuard {
             Ok(())
         } else {
             update.unknown();
-            held.state.found_gone(extended);
+            state.found_gone(extended);
             tracing::warn!(key = %self.key, evicted = extended == Verdict::Evicted, "redlock.lost: extend found the lock gone");
             Err(self.lost_error())
         }
@@ -163,10 +181,14 @@ impl LockGuard {
 
     /// Releases the lock. `Err(LockError::Lost)` when it had expired or been taken:
     /// another owner's lock is never touched. With `hold_at_least`, a release before
-    /// that time leaves the key in place until it has passed.
+    /// that time leaves the key in place until it has passed. `Err(LockError::ShutDown)`
+    /// when the client's `shutdown` released it first.
     pub async fn release(mut self) -> Result<(), LockError> {
         match self.held.take() {
-            Some(held) => held.release(&self.key).await,
+            Some(held) if held.client.let_go(&held.lock) => held.release(&self.key).await,
+            Some(_) => Err(LockError::ShutDown {
+                key: self.key.clone(),
+            }),
             None => Err(self.lost_error()),
         }
     }
@@ -182,18 +204,23 @@ impl Holding {
     /// Stop renewing → hand the lock off to the next task of this client, or free it in
     /// Redis → then (only then) pass the turn and report.
     async fn release(self, key: &str) -> Result<(), LockError> {
-        if let Some(id) = self.watchdog_id {
+        let lock = &self.lock;
+        if let Some(id) = lock.watchdog_id {
             self.client.watchdog().forget(id);
         }
-        let keep = keep_ms(self.hold_at_least, self.acquired_at.elapsed());
+        let keep = lock.keep_ms();
         // If this future is dropped before Redis has answered, release in the background
         // (compare-and-delete: harmless if it was done).
         let unfinished = SpawnOnDrop::new(|| {
-            let (client, key, owner) = (self.client.clone(), key.to_owned(), self.owner.clone());
-            async move {
-                let outcome = client.masters().release(&key, &owner, keep).await;
-                tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
-            }
+            let (client, key, owner) = (self.client.clone(), key.to_owned(), lock.owner.clone());
+            self.client.finish_releasing(
+                lock,
+                Box::pin(async move {
+                    let outcome = client.masters().release(&key, &owner, keep).await;
+                    tracing::debug!(%key, ok = outcome.is_ok(), "redlock: finished an interrupted release");
+                    outcome.is_ok()
+                }),
+            )
         });
         let (outcome, turn) = self.hand_off_or_free(key, keep).await;
         unfinished.disarm();
@@ -201,12 +228,12 @@ impl Holding {
         drop(turn);
         match outcome {
             Ok(Verdict::Ours) => {
-                self.state.released();
-                tracing::debug!(key, held_for = ?self.acquired_at.elapsed(), keep_ms = keep, "redlock.release");
+                lock.state.released();
+                tracing::debug!(key, held_for = ?lock.acquired_at.elapsed(), keep_ms = keep, "redlock.release");
                 Ok(())
             }
             Ok(verdict) => {
-                self.state.found_gone(verdict);
+                lock.state.found_gone(verdict);
                 if verdict == Verdict::Evicted {
                     tracing::warn!(
                         key,
@@ -224,7 +251,7 @@ impl Holding {
             }
             Err(error) => {
                 // Redis did not answer: the lease ends it, unless the release got through.
-                self.state.released();
+                lock.state.released();
                 Err(error.into_lock_error(key, self.client.masters()))
             }
         }
@@ -241,14 +268,14 @@ impl Holding {
         keep: u64,
     ) -> (Result<Verdict, QuorumError>, Option<LocalTurn>) {
         let masters = self.client.masters();
-        let free = || masters.release(key, &self.owner, keep);
-        if keep > 0 || !masters.can_hand_off() || self.state.is_lost() {
-            return (free().await, self.state.take_turn());
+        let state = &self.lock.state;
+        let free = || masters.release(key, &self.lock.owner, keep);
+        if keep > 0 || !masters.can_hand_off() || state.is_lost() {
+            return (free().await, state.take_turn());
         }
-        let hand_off = match self
-            .state
+        let hand_off = match state
             .take_turn()
-            .map(|turn| turn.hand_off(&self.owner))
+            .map(|turn| turn.hand_off(&self.lock.owner))
         {
             Some(Ok(hand_off)) => {
                 tracing::trace!(name: "baton_left", target: metrics::TIMING, key, "redlock: lock left for the next in line");
@@ -262,7 +289,7 @@ impl Holding {
         let patience = self.client.config().response_timeout;
         let outcome = match hand_off.outcome(patience).await {
             HandOffOutcome::Done { released: true } => {
-                metrics::handed_off(self.state.label());
+                metrics::handed_off(state.label());
                 Ok(Verdict::Ours)
             }
             // The taker's script found it gone: the release script (which leaves other
@@ -275,7 +302,7 @@ impl Holding {
             // or whose script failed, gives the baton back: `NotTaken`, and the key
             // being gone then means lost.)
             HandOffOutcome::Vanished => free().await.map(|verdict| match verdict {
-                Verdict::Gone if !self.state.lease_ran_out() => Verdict::Ours,
+                Verdict::Gone if !state.lease_ran_out() => Verdict::Ours,
                 verdict => verdict,
             }),
             HandOffOutcome::NotTaken => free().await,
@@ -284,13 +311,32 @@ impl Holding {
     }
 }
 
-/// How long a release must keep the key for `hold_at_least` after `held` (ms; 0: free it).
-fn keep_ms(hold_at_least: Option<Duration>, held: Duration) -> u64 {
-    hold_at_least
-        .and_then(|least| least.checked_sub(held))
-        .filter(|rest| !rest.is_zero())
-        .map(|rest| rest.as_millis().max(1) as u64)
-        .unwrap_or(0)
+impl Holding {
+    /// Releases in the background, as a task of the client (see `Core::finish_release`):
+    /// stops renewing now, so that with no runtime to release on the lease runs out by
+    /// itself.
+    fn release_in_background(self, mut key: String) {
+        if let Some(id) = self.lock.watchdog_id {
+            self.client.watchdog().forget(id);
+        }
+        drop(SpawnOnDrop::new(|| {
+            let key = std::mem::take(&mut key);
+            let (client, lock) = (self.client.clone(), self.lock.clone());
+            client.finish_releasing(
+                &lock,
+                Box::pin(async move {
+                    match self.release(&key).await {
+                        Ok(()) => true,
+                        Err(error) => {
+                            tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
+                            // Redis answered, if only that the lock was gone.
+                            !error.is_unavailable()
+                        }
+                    }
+                }),
+            )
+        }));
+    }
 }
 
 impl Drop for LockGuard {
@@ -298,35 +344,9 @@ impl Drop for LockGuard {
         let Some(held) = self.held.take() else {
             return;
         };
-        // Stop renewing now: with no runtime to release on, the lease then runs out by
-        // itself (the release, when it runs, forgets it too).
-        if let Some(id) = held.watchdog_id {
-            held.client.watchdog().forget(id);
+        // Unless the client's shutdown took it first.
+        if held.client.let_go(&held.lock) {
+            held.release_in_background(std::mem::take(&mut self.key));
         }
-        drop(SpawnOnDrop::new(|| {
-            let key = std::mem::take(&mut self.key);
-            async move {
-                if let Err(error) = held.release(&key).await {
-                    tracing::debug!(error = %error.chain(), "redlock: background release of a dropped guard");
-                }
-            }
-        }));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::keep_ms;
-    use std::time::Duration;
-
-    #[test]
-    fn an_early_release_keeps_the_key_for_the_rest_of_the_minimum_hold() {
-        let ms = Duration::from_millis;
-        assert_eq!(keep_ms(None, ms(10)), 0);
-        assert_eq!(keep_ms(Some(ms(1000)), ms(150)), 850);
-        assert_eq!(keep_ms(Some(ms(1000)), ms(1000)), 0);
-        assert_eq!(keep_ms(Some(ms(1000)), ms(2000)), 0);
-        // Less than a millisecond left still keeps it (Redis counts in ms).
-        assert_eq!(keep_ms(Some(ms(1000)), Duration::from_micros(999_700)), 1);
     }
 }

@@ -15,10 +15,13 @@
 //! let token = guard.fencing_token(); // pass it along with every write the lock protects
 //! # let _ = token;
 //! guard.release().await?;
+//! // At exit (SIGTERM, Ctrl-C, end of `main`): release what is held, take nothing new.
+//! client.shutdown().await?;
 //! # Ok(()) }
 //! ```
 //!
-//! Or, with the attribute, [`distributed_lock`].
+//! Or, with the attribute, [`distributed_lock`] (and at exit
+//! [`shutdown_default_client`]).
 //!
 //! # How it works
 //! - **Acquire** is one Lua script, one round trip: `SET key owner NX PX lease`, and on
@@ -132,6 +135,18 @@
 //! # Runtime
 //! A client's connections and its watchdog live in the tokio runtime that created it.
 //!
+//! **Exit.** [`LockClient::shutdown`] (or [`shutdown_default_client`]) ends a client
+//! cleanly: no new acquisition, every held lock released, the releases running in the
+//! background waited for — call it when the program is told to stop, so that the next
+//! instance of a rolling deploy does not wait out a lease. Without it, a guard dropped
+//! as `main` returns, or a task cut short there, is still released: the release runs
+//! in the background, and when the runtime shuts down first (`#[tokio::main]` drops
+//! it as `main` returns, and with it every unfinished task) the runtime's shutdown
+//! sends it on a connection of its own, waiting for Redis's answer at most a second
+//! per client (less when the connect and response timeouts add up to less), like
+//! `BufWriter` flushing on drop. A guard dropped outside any runtime, or a process
+//! killed (`SIGKILL`, `std::process::exit`), leaves its lock to its lease.
+//!
 //! # Tracing
 //! Through [`tracing`](https://docs.rs/tracing): a `redlock.acquire` span per acquisition
 //! and events for releases, extensions and retries at DEBUG; a lost lock or a forced
@@ -201,10 +216,12 @@
 //! client's per-key FIFO line of tasks, with one baton slot per key; `state` is one held lock's shared state (lost? lease
 //! surely until when?), which holds the turn and passes it; `watchdog` renews every
 //! lock of a client in one pipeline per tick; `cleanup` is the one way to finish
-//! interrupted work in the background.
+//! interrupted work in the background (and counts it, and runs a fallback for work a
+//! runtime shutting down drops unfinished).
 //!
 //! **Client** — `core` is what all clones of a client share (servers, settings, turns,
-//! watchdog, owner tokens), reached through methods; `guard` is [`LockGuard`]; `acquire`
+//! watchdog, owner tokens, the locks its guards hold, its background releases and
+//! their sending at exit on a connection of its own), reached through methods; `guard` is [`LockGuard`]; `acquire`
 //! is [`LockRequest`]; `operate` reads who holds a lock (or every lock matching a
 //! pattern) and force-unlocks ([`LockInfo`]); `client` is [`LockClient`] and its builder.
 //! The `redlock` command (`src/bin`, feature `cli`) uses the public API only.
@@ -282,7 +299,7 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use macro_support::{
     AsLockClient, CurrentLock, FromLockError, LockedResult, SkippableResult, current_lock,
-    default_client, set_default_client,
+    default_client, set_default_client, shutdown_default_client,
 };
 pub use operate::{LockInfo, LockKind, Share};
 pub use redlock_macros::distributed_lock;

@@ -99,6 +99,33 @@ pub fn set_default_client(client: LockClient) {
     *DEFAULT_CLIENT.write().unwrap_or_else(|e| e.into_inner()) = Some(client);
 }
 
+/// Shuts the default client down (see [`LockClient::shutdown`]): annotated calls that
+/// name no client take no lock from then on ([`LockError::ShutDown`]), the locks it
+/// holds are released and the releases running in the background are waited for.
+/// Does nothing when no default client was set or connected yet. Call it as a program
+/// that uses `#[distributed_lock]` ends:
+///
+/// ```no_run
+/// # async fn serve() {}
+/// # async fn run() -> Result<(), redlock_runtime::LockError> {
+/// tokio::select! {
+///     _ = serve() => {}
+///     _ = tokio::signal::ctrl_c() => {}
+/// }
+/// redlock_runtime::shutdown_default_client().await?;
+/// # Ok(()) }
+/// ```
+pub async fn shutdown_default_client() -> Result<(), LockError> {
+    let client = DEFAULT_CLIENT
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    match client {
+        Some(client) => client.shutdown().await,
+        None => Ok(()),
+    }
+}
+
 /// The client `#[distributed_lock]` uses when it names none: the one given to
 /// [`set_default_client`], or else one connected once to `REDLOCK_URL`. Calls made
 /// while it connects share that one attempt.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::{client, evalsha_calls, take_turns};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redlock_runtime::LockClient;
-use redlock_testkit::RedisServer;
+use redlock_testkit::{RedisCluster, RedisServer};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -513,4 +513,71 @@ async fn a_hand_off_whose_taker_is_cancelled_after_its_script_took_the_lock_is_r
         .await
         .expect("the cancelled taker left the lock behind");
     guard.release().await.unwrap();
+}
+
+/// On a cluster, where a script declares every key it touches: the taker's script leaves
+/// its evidence in the lock's slot, so a release whose taker never tells (here: it is not
+/// polled after sending its script) is a release when that script took the lock over, and
+/// `Lost` when the lock had been deleted before.
+#[tokio::test]
+async fn hand_offs_on_a_cluster_tell_a_lock_handed_off_from_one_lost() {
+    let cluster = RedisCluster::start(3);
+    let client = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    for (key, deleted_before) in [("cluster-handed", false), ("cluster-ghost", true)] {
+        let picked_up = Arc::new(AtomicBool::new(false));
+        let _tracing = on_baton_picked_up(key, {
+            let picked_up = picked_up.clone();
+            move || picked_up.store(true, Ordering::SeqCst)
+        });
+        let holder = client
+            .lock(key)
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let mut taker = Box::pin(
+            client
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .lease(Duration::from_secs(30))
+                .acquire(),
+        );
+        assert!(poll_once(&mut taker).await.is_pending(), "not in line");
+        if deleted_before {
+            let deleted = cluster
+                .nodes
+                .iter()
+                .filter(|node| node.cli(&["DEL", key]).trim() == "1")
+                .count();
+            assert_eq!(deleted, 1, "{key} was not deleted");
+        }
+        let release = tokio::spawn(holder.release());
+        let started = std::time::Instant::now();
+        while !picked_up.load(Ordering::SeqCst) {
+            assert!(poll_once(&mut taker).await.is_pending());
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the lock was never handed to the taker"
+            );
+            tokio::task::yield_now().await;
+        }
+        let released = tokio::time::timeout(Duration::from_secs(10), release)
+            .await
+            .expect("release() hung on a taker that is never polled")
+            .unwrap();
+        if deleted_before {
+            let error = released.expect_err("a lock deleted behind its holder's back was reported released");
+            assert!(error.is_lost(), "{error}");
+        } else {
+            released.expect("a lock the taker's script took over was reported lost");
+        }
+        // Either way the taker's script took the key: it holds it when polled again.
+        let next = taker.await.expect("the taker did not get the lock");
+        next.release().await.unwrap();
+    }
 }

@@ -435,8 +435,7 @@ async fn a_taker_that_never_tells_and_a_lock_already_gone(key: &'static str, can
 }
 
 #[tokio::test]
-async fn a_hand_off_whose_taker_is_not_polled_after_sending_reports_a_lock_already_gone_as_lost()
-{
+async fn a_hand_off_whose_taker_is_not_polled_after_sending_reports_a_lock_already_gone_as_lost() {
     a_taker_that_never_tells_and_a_lock_already_gone("unpolled-ghost", false).await;
 }
 
@@ -571,7 +570,8 @@ async fn hand_offs_on_a_cluster_tell_a_lock_handed_off_from_one_lost() {
             .expect("release() hung on a taker that is never polled")
             .unwrap();
         if deleted_before {
-            let error = released.expect_err("a lock deleted behind its holder's back was reported released");
+            let error = released
+                .expect_err("a lock deleted behind its holder's back was reported released");
             assert!(error.is_lost(), "{error}");
         } else {
             released.expect("a lock the taker's script took over was reported lost");

@@ -67,7 +67,7 @@ pub(crate) const FORCED_PREFIX: &str = "redlock:forced:";
 /// cannot hear its taker's verdict (the taker was cancelled or is not polled after
 /// sending its script), releases in Redis, and the release script's [`GONE`] tells
 /// "handed off" from "lost" by it. It expires after the time the client gives the
-/// holder to read it (see `hand_off::evidence_ms`), and is never written over an
+/// holder to read it (see `node`'s `hand_off_evidence_ms`), and is never written over an
 /// eviction's marker: the holder then reports the lock lost, a false alarm.
 pub(crate) const HANDED_MARK: &str = "handed:";
 

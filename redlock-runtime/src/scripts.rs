@@ -139,7 +139,7 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// KEYS[5] (KEYS[4] is then the lock key again, untouched): while its slot migrates, a
 /// script with every key declared is refused whole (`TRYAGAIN`, retried) rather than
 /// failing half-way at an undeclared key that has already moved. A hand-off on a
-/// cluster declares the eviction marker as well, as KEYS[6]: it leaves its evidence
+/// cluster declares the eviction marker as well, as `KEYS[6]`: it leaves its evidence
 /// there (see [`HANDED_MARK`]); elsewhere it is derived.
 /// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an

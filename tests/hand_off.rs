@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::{client, evalsha_calls, take_turns};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redlock_runtime::LockClient;
-use redlock_testkit::RedisServer;
+use redlock_testkit::{RedisCluster, RedisServer};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -371,4 +371,213 @@ async fn a_hand_off_across_a_redis_restart_reports_the_lock_lost() {
         .expect("the waiter did not get the key after the restart");
     next.release().await.unwrap();
     assert_eq!(server.cli(&["EXISTS", "restarted"]), "0");
+}
+
+/// The next in line picks the lock up and sends its script, and never tells how it went
+/// (`cancel`: its acquire is dropped; else it is just not polled again), while the key
+/// had been deleted behind the holder's back and the script cache flushed (what a
+/// restart leaves: the script meets NOSCRIPT and is loaded and sent again, round trips
+/// in which the holder hears nothing). Its script, when it runs, finds nothing to take
+/// over: the release must say the lock was lost, and count it.
+async fn a_taker_that_never_tells_and_a_lock_already_gone(key: &'static str, cancel: bool) {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    lost_total(key, "renewal");
+    let picked_up = Arc::new(AtomicBool::new(false));
+    let _tracing = on_baton_picked_up(key, {
+        let picked_up = picked_up.clone();
+        move || picked_up.store(true, Ordering::SeqCst)
+    });
+    let holder = client
+        .lock(key)
+        .label(key)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let mut taker = Box::pin(
+        client
+            .lock(key)
+            .wait(Duration::from_secs(20))
+            .lease(Duration::from_secs(30))
+            .acquire(),
+    );
+    assert!(poll_once(&mut taker).await.is_pending(), "not in line");
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    assert_eq!(server.cli(&["DEL", key]).trim(), "1");
+    let release = tokio::spawn(holder.release());
+    let started = std::time::Instant::now();
+    while !picked_up.load(Ordering::SeqCst) {
+        assert!(poll_once(&mut taker).await.is_pending());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the lock was never handed to the taker"
+        );
+        tokio::task::yield_now().await;
+    }
+    // Cancelled, or kept alive unpolled until the release has answered.
+    let taker = (!cancel).then_some(taker);
+    let released = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("release() hung on a taker that never tells")
+        .unwrap();
+    let error = released.expect_err(
+        "a release reported a lock deleted behind its holder's back as released (its taker \
+         sent its script and never told how it went)",
+    );
+    assert!(error.is_lost(), "{error}");
+    assert_eq!(lost_total(key, "renewal"), 1, "the loss was not counted");
+    drop(taker);
+}
+
+#[tokio::test]
+async fn a_hand_off_whose_taker_is_not_polled_after_sending_reports_a_lock_already_gone_as_lost() {
+    a_taker_that_never_tells_and_a_lock_already_gone("unpolled-ghost", false).await;
+}
+
+#[tokio::test]
+async fn a_hand_off_whose_taker_is_cancelled_after_sending_reports_a_lock_already_gone_as_lost() {
+    a_taker_that_never_tells_and_a_lock_already_gone("cancelled-ghost", true).await;
+}
+
+/// The next in line's script takes the lock over (it deletes the holder's lock and
+/// leaves the evidence of it), then the taker is cancelled before it hears the reply:
+/// the holder cannot hear the verdict, releases in Redis, finds the key gone (or the
+/// taker's, until its clean-up frees it) and the evidence: released, not lost.
+#[tokio::test]
+async fn a_hand_off_whose_taker_is_cancelled_after_its_script_took_the_lock_is_released() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(&server.url())
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let key = "taken-then-cancelled";
+    lost_total(key, "renewal");
+    let picked_up = Arc::new(AtomicBool::new(false));
+    let _tracing = on_baton_picked_up(key, {
+        let picked_up = picked_up.clone();
+        move || picked_up.store(true, Ordering::SeqCst)
+    });
+    let holder = client
+        .lock(key)
+        .label(key)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let mut taker = Box::pin(
+        client
+            .lock(key)
+            .wait(Duration::from_secs(20))
+            .lease(Duration::from_secs(30))
+            .acquire(),
+    );
+    assert!(poll_once(&mut taker).await.is_pending(), "not in line");
+    let release = tokio::spawn(holder.release());
+    let started = std::time::Instant::now();
+    while !picked_up.load(Ordering::SeqCst) {
+        assert!(poll_once(&mut taker).await.is_pending());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the lock was never handed to the taker"
+        );
+        tokio::task::yield_now().await;
+    }
+    // Its script ran (the evidence is there) and its reply is not read yet.
+    let evidence = format!("redlock:forced:{key}");
+    while server.cli(&["EXISTS", &evidence]).trim() != "1" {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the taker's script left no evidence of the hand-off"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(taker);
+    let released = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("release() hung on a cancelled taker")
+        .unwrap();
+    released.expect("a lock handed off to a taker that was then cancelled was reported lost");
+    assert_eq!(lost_total(key, "renewal"), 0, "a hand-off was counted lost");
+    // The cancelled taker's clean-up frees the key.
+    let guard = client
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the cancelled taker left the lock behind");
+    guard.release().await.unwrap();
+}
+
+/// On a cluster, where a script declares every key it touches: the taker's script leaves
+/// its evidence in the lock's slot, so a release whose taker never tells (here: it is not
+/// polled after sending its script) is a release when that script took the lock over, and
+/// `Lost` when the lock had been deleted before.
+#[tokio::test]
+async fn hand_offs_on_a_cluster_tell_a_lock_handed_off_from_one_lost() {
+    let cluster = RedisCluster::start(3);
+    let client = LockClient::builder_for(cluster.urls())
+        .cluster()
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    for (key, deleted_before) in [("cluster-handed", false), ("cluster-ghost", true)] {
+        let picked_up = Arc::new(AtomicBool::new(false));
+        let _tracing = on_baton_picked_up(key, {
+            let picked_up = picked_up.clone();
+            move || picked_up.store(true, Ordering::SeqCst)
+        });
+        let holder = client
+            .lock(key)
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let mut taker = Box::pin(
+            client
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .lease(Duration::from_secs(30))
+                .acquire(),
+        );
+        assert!(poll_once(&mut taker).await.is_pending(), "not in line");
+        if deleted_before {
+            let deleted = cluster
+                .nodes
+                .iter()
+                .filter(|node| node.cli(&["DEL", key]).trim() == "1")
+                .count();
+            assert_eq!(deleted, 1, "{key} was not deleted");
+        }
+        let release = tokio::spawn(holder.release());
+        let started = std::time::Instant::now();
+        while !picked_up.load(Ordering::SeqCst) {
+            assert!(poll_once(&mut taker).await.is_pending());
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the lock was never handed to the taker"
+            );
+            tokio::task::yield_now().await;
+        }
+        let released = tokio::time::timeout(Duration::from_secs(10), release)
+            .await
+            .expect("release() hung on a taker that is never polled")
+            .unwrap();
+        if deleted_before {
+            let error = released
+                .expect_err("a lock deleted behind its holder's back was reported released");
+            assert!(error.is_lost(), "{error}");
+        } else {
+            released.expect("a lock the taker's script took over was reported lost");
+        }
+        // Either way the taker's script took the key: it holds it when polled again.
+        let next = taker.await.expect("the taker did not get the lock");
+        next.release().await.unwrap();
+    }
 }

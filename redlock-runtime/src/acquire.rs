@@ -27,7 +27,7 @@ use crate::masters::{Masters, Outcome, Try};
 use crate::metrics::{self, Label};
 use crate::node::Waiter;
 use crate::notify::{Listener, Release};
-use crate::turn::{LocalTurn, Turn};
+use crate::turn::LocalTurn;
 
 /// A kind of lock: its attempt, and the undoing of an attempt whose outcome is unknown.
 pub(crate) trait Kind: Send + Sync + 'static {
@@ -253,18 +253,14 @@ impl LockRequest {
 
 /// Takes the turn, then attempts until acquired, waiting for news in between.
 async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
-    let turn = match plan
+    // `None`: a try-lock while another task of this client is still after the key.
+    let turn = plan
         .core
         .turns()
         .take_turn(&plan.key, &plan.label, plan.deadline)
         .await
         .ok_or_else(|| plan.timeout())?
-    {
-        Turn::Taken(turn) => Some(turn),
-        // A try-lock while another task of this client is still after the key: Redis
-        // decides, the key may be free there.
-        Turn::Beside => None,
-    };
+        .into_taken();
     let baton = turn.as_ref().and_then(LocalTurn::take_baton);
     tracing::trace!(name: "turn_taken", target: metrics::TIMING, key = %plan.key, baton = baton.is_some(), "redlock: turn taken");
     let mut attempts = Attempts::new(&plan, baton);

@@ -288,25 +288,26 @@ impl Holding {
         // any more never tells, and must not hold this release up beyond it.
         let patience = self.client.config().response_timeout;
         let outcome = match hand_off.outcome(patience).await {
-            HandOffOutcome::Done { released: true } => {
-                metrics::handed_off(state.label());
-                Ok(Verdict::Ours)
-            }
+            HandOffOutcome::Done { released: true } => Ok(Verdict::HandedOff),
             // The taker's script found it gone: the release script (which leaves other
             // owners alone) says whether it was force-unlocked. The lost case only.
             HandOffOutcome::Done { released: false } => free().await,
-            // The taker's script was sent, its verdict unknown (cancelled, or not polled
-            // in time). Not ours any more: that script deleted it, unless the lease
-            // had run out (then it may have expired, or been taken by another client), or
-            // it was force-unlocked. (A taker that went away before sending its script,
-            // or whose script failed, gives the baton back: `NotTaken`, and the key
-            // being gone then means lost.)
-            HandOffOutcome::Vanished => free().await.map(|verdict| match verdict {
-                Verdict::Gone if !state.lease_ran_out() => Verdict::Ours,
-                verdict => verdict,
-            }),
-            HandOffOutcome::NotTaken => free().await,
+            // Nobody took it, the taker gave it back (it went away before sending its
+            // script, or its script failed and may not have run), or its script was
+            // sent and its verdict is unknown (cancelled, or not polled in time): the
+            // release in Redis says. Found gone, it tells a lock handed off from one
+            // lost by the evidence the taker's script leaves when it deletes this
+            // owner's lock (`scripts::HANDED_MARK`); without it the lock was lost (or
+            // the evidence could not be left: a false alarm, never a hidden loss).
+            HandOffOutcome::Vanished | HandOffOutcome::NotTaken => free().await,
         };
+        let outcome = outcome.map(|verdict| match verdict {
+            Verdict::HandedOff => {
+                metrics::handed_off(state.label());
+                Verdict::Ours
+            }
+            verdict => verdict,
+        });
         (outcome, None)
     }
 }

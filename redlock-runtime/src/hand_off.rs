@@ -15,11 +15,15 @@
 //! was still there: its release reports `Lost` otherwise. A baton not picked up within
 //! [`PICK_UP_LIMIT`], dropped before any script carried it, or given back by a script
 //! that failed (a broken connection, a restarted Redis: it may not have run), is a
-//! release in Redis after all, whose answer says. A taker that sent its script and then
-//! was cancelled, or is not polled within the patience the holder gives it (the response
-//! timeout), leaves the verdict unknown: the holder releases in Redis
-//! (compare-and-delete, harmless if the taker's script took the lock) and counts a key
-//! found gone, its lease not run out, as handed off.
+//! release in Redis after all, whose answer says. So is a taker that sent its script and
+//! then was cancelled, or is not polled within the patience the holder gives it (the
+//! response timeout): the verdict is unknown, and the holder releases in Redis
+//! (compare-and-delete, harmless if the taker's script took the lock). A taker's script
+//! that deletes the holder's lock leaves evidence of it next to the key for a few
+//! seconds (`scripts::HANDED_MARK`), so a release that finds the key gone tells a lock
+//! handed off (released) from one lost (`Lost`, counted) by the evidence, not by
+//! guessing; without it (it could not be left over a force-unlock's marker, or expired
+//! before the release got there) the lock is reported lost: a false alarm at worst.
 //!
 //! This module knows nothing of turns or Redis: the slot decides whether a hand-off
 //! may happen, carries the baton and reports how it ended. The turn (one layer up)
@@ -78,8 +82,8 @@ impl Baton {
     /// The taker's script failed (no reply): it may not have run at all — a broken
     /// connection, a Redis that restarted and forgot the lock — so the holder's own
     /// release in Redis is the better word. Should the script have run after all, that
-    /// release finds the lock gone and reports it lost: a false alarm, where taking the
-    /// key's absence for a hand-off would report a lock that was lost as released.
+    /// release finds the lock gone and the evidence the script left: handed off. The
+    /// key's absence alone proves nothing: it may have been lost before.
     pub(crate) fn give_back(mut self) {
         if let Some(outcome) = self.outcome.take() {
             let _ = outcome.send(Report::GivenBack);
@@ -125,8 +129,8 @@ pub(crate) enum HandOffOutcome {
     NotTaken,
     /// The taker sent its script, then stopped (its acquire was cancelled) or was not
     /// polled within the patience given, before telling whether its script ran. A
-    /// release in Redis will clean up; if it finds the key gone, the taker's script most
-    /// likely deleted it (the lease had not run out when it was handed off).
+    /// release in Redis cleans up; if it finds the key gone, the evidence the taker's
+    /// script leaves when it deletes the lock tells whether it did.
     Vanished,
 }
 

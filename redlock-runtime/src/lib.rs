@@ -71,7 +71,9 @@
 //!   expire a little after the last waiter's registration, at most tens of seconds
 //!   after it gave up); releases someone may be waiting for are published on `redlock:released:<key>`; a force-unlock leaves
 //!   `redlock:forced:<key>` (the evicted owner, expiring with the lease it evicted) so
-//!   that the evicted holder can tell why its lock is gone; a key held in shares has
+//!   that the evicted holder can tell why its lock is gone, and a hand-off leaves
+//!   `handed:<owner>` there for three response timeouts and a second, so that a
+//!   release that did not hear its taker tells a lock handed off from one lost; a key held in shares has
 //!   `redlock:holders:<key>` beside it (see "The lock family"). The `redlock:`
 //!   prefix is reserved: lock keys may not start with it.
 //! - **Redis needs** `maxmemory-policy noeviction` (checked at connect, with a warning).

@@ -46,14 +46,20 @@ pub(crate) enum Verdict {
     Ours,
     Gone,
     Evicted,
+    /// Gone because an acquire script of this client took it over (see
+    /// `scripts::HANDED_MARK`): only a release after a hand-off whose taker's verdict was
+    /// not heard takes that for released.
+    HandedOff,
 }
 
 impl Verdict {
-    /// The reply of the release and extend scripts: above 0 ours, -1 evicted, else gone.
+    /// The reply of the release and extend scripts: above 0 ours, -1 evicted, -2 handed
+    /// off, else gone.
     pub(crate) fn of_reply(reply: i64) -> Self {
         match reply {
             1.. => Verdict::Ours,
             -1 => Verdict::Evicted,
+            -2 => Verdict::HandedOff,
             _ => Verdict::Gone,
         }
     }
@@ -253,6 +259,10 @@ impl Node {
             // the restart marker (RedLock's only).
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
             script.key(waitlist).key(key).key(expiries);
+            if request.previous_owner.is_some() {
+                // Where a hand-off leaves its evidence.
+                script.key(self.connection.forced_key(key));
+            }
         } else {
             script.key(self.connection.waitlist_key(key));
             if request.quarantine_ms.is_some() {
@@ -277,6 +287,11 @@ impl Node {
         }
         if let Some(quarantine_ms) = request.quarantine_ms {
             script.arg(quarantine_ms);
+        } else if request.previous_owner.is_some() {
+            script.arg("");
+        }
+        if request.previous_owner.is_some() {
+            script.arg(self.hand_off_evidence_ms());
         }
         parse_acquire_reply(script.invoke_async(connection).await?)
     }
@@ -290,12 +305,17 @@ impl Node {
     ) -> RedisResult<(Attempt, Boot)> {
         let key = request.key;
         let [waitlist, expiries] = self.connection.waitlist_keys(key);
-        let reply: Vec<Value> = scripts::SHARED_ACQUIRE
-            .key(key)
+        let mut script = scripts::SHARED_ACQUIRE.key(key);
+        script
             .key(waitlist)
             .key(expiries)
             .key(self.connection.holders_key(key))
-            .key(self.connection.fence_key(key).as_ref())
+            .key(self.connection.fence_key(key).as_ref());
+        if request.previous_owner.is_some() {
+            // Where a hand-off leaves its evidence.
+            script.key(self.connection.forced_key(key));
+        }
+        script
             .arg(request.owner)
             .arg(request.lease_ms)
             .arg(self.connection.release_channel(key))
@@ -310,10 +330,21 @@ impl Node {
             .arg(self.waitlist.registration_slack_ms)
             .arg(request.previous_owner.unwrap_or(""))
             .arg(limit)
-            .arg(request.name)
-            .invoke_async(connection)
-            .await?;
+            .arg(request.name);
+        if request.previous_owner.is_some() {
+            script.arg(self.hand_off_evidence_ms());
+        }
+        let reply: Vec<Value> = script.invoke_async(connection).await?;
         parse_attempt(reply)
+    }
+
+    /// How long the evidence of a hand-off lasts (ms; see `scripts::HANDED_MARK`): until
+    /// the releasing holder has read it at the latest. It waits for its taker's verdict
+    /// for the pick-up limit (a tenth of a second) and a response timeout at most, then
+    /// releases in Redis, whose reply takes a response timeout at most (more while a
+    /// slot moves): three response timeouts and a second leave room for that.
+    fn hand_off_evidence_ms(&self) -> u64 {
+        (self.response_timeout * 3 + Duration::from_secs(1)).as_millis() as u64
     }
 
     /// Compare-and-delete (or keep for `keep_ms`).
@@ -972,6 +1003,7 @@ mod tests {
         assert_eq!(Verdict::of_reply(0), Verdict::Gone);
         // The eviction marker named this owner.
         assert_eq!(Verdict::of_reply(-1), Verdict::Evicted);
+        assert_eq!(Verdict::of_reply(-2), Verdict::HandedOff);
         assert!(Verdict::Ours.is_ours() && !Verdict::Evicted.is_ours());
     }
 

@@ -58,8 +58,42 @@ pub(crate) const WAITLIST_EXPIRY_PREFIX: &str = "redlock:waitlist-expiry:";
 
 /// Prefix of a key's eviction marker: [`FORCE_UNLOCK`] leaves the evicted owner's token
 /// there, expiring with the lease it evicted, so that the holder's next renewal,
-/// extension or release can tell it was force-unlocked (see [`GONE`]).
+/// extension or release can tell it was force-unlocked (see [`GONE`]). A hand-off
+/// leaves its evidence there too (see [`HANDED_MARK`]).
 pub(crate) const FORCED_PREFIX: &str = "redlock:forced:";
+
+/// The eviction marker reads `handed:<owner>` after an acquire script deleted `owner`'s
+/// lock to take it over (a hand-off inside a client): the releasing holder, when it
+/// cannot hear its taker's verdict (the taker was cancelled or is not polled after
+/// sending its script), releases in Redis, and the release script's [`GONE`] tells
+/// "handed off" from "lost" by it. It expires after the time the client gives the
+/// holder to read it (see `node`'s `hand_off_evidence_ms`), and is never written over an
+/// eviction's marker: the holder then reports the lock lost, a false alarm.
+pub(crate) const HANDED_MARK: &str = "handed:";
+
+/// Lua that leaves the evidence of a hand-off of `previous`'s lock (see
+/// [`HANDED_MARK`]) in the eviction marker `marker`, for `ms` milliseconds.
+fn leave_evidence(marker: &str, previous: &str, ms: &str) -> String {
+    format!(
+        r#"
+local evidence = {marker}
+local before = redis.pcall('GET', evidence)
+if not before or (type(before) == 'string' and string.sub(before, 1, {len}) == '{HANDED_MARK}') then
+  redis.call('SET', evidence, '{HANDED_MARK}' .. {previous}, 'PX', {ms})
+end
+"#,
+        len = HANDED_MARK.len(),
+    )
+}
+
+/// Lua that is true when the waitlist id `id` is a writer's (not a reader's: see
+/// [`READER_ID_PREFIX`]).
+fn is_writer(id: &str) -> String {
+    format!(
+        "(string.sub({id}, 1, {len}) ~= '{READER_ID_PREFIX}')",
+        len = READER_ID_PREFIX.len()
+    )
+}
 
 /// Lua that is true when the lock value `value` (a local: it is read twice) belongs to
 /// the owner token `owner`: the value starts with the token and a space. Shared by every
@@ -74,16 +108,27 @@ fn owned_by(value: &str, owner: &str) -> String {
 /// `gone(marker, owner)`: the reply of a release, extension or renewal that found the
 /// lock not `owner`'s: -1 when the eviction marker `marker` names this owner (it was
 /// force-unlocked; a key held in shares names each evicted share's owner, separated
-/// by spaces), else 0. Read only on that path: what succeeds costs nothing more.
-const GONE: &str = r#"
+/// by spaces), -2 when it holds the evidence that this owner's lock was handed off
+/// (see [`HANDED_MARK`]), else 0. Read only on that path: what succeeds costs nothing
+/// more.
+static GONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
 local function gone(marker, owner)
   local forced = redis.pcall('GET', marker)
-  if type(forced) == 'string' and string.find(' ' .. forced .. ' ', ' ' .. owner .. ' ', 1, true) then
-    return -1
+  if type(forced) == 'string' then
+    if forced == '{HANDED_MARK}' .. owner then
+      return -2
+    end
+    if string.find(' ' .. forced .. ' ', ' ' .. owner .. ' ', 1, true) then
+      return -1
+    end
   end
   return 0
 end
-"#;
+"#
+    )
+});
 
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
@@ -93,14 +138,17 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// key fewer to send and to read on every call. On a cluster it is declared instead, as
 /// KEYS[5] (KEYS[4] is then the lock key again, untouched): while its slot migrates, a
 /// script with every key declared is refused whole (`TRYAGAIN`, retried) rather than
-/// failing half-way at an undeclared key that has already moved.
+/// failing half-way at an undeclared key that has already moved. A hand-off on a
+/// cluster declares the eviction marker as well, as `KEYS[6]`: it leaves its evidence
+/// there (see [`HANDED_MARK`]); elsewhere it is derived.
 /// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
 /// earlier attempt may have registered it on the waitlist, how long a registration
 /// outlives the holder's lease (ms), the publish command; then, only when needed, the
 /// owner token of a same-client holder handing the lock off (its lock, if still there,
-/// is deleted first: see `turn`'s hand-off) and the restart quarantine in ms (RedLock
-/// only). The release channel is not sent: [`companion_of`] derives it.
+/// is deleted first: see `turn`'s hand-off), the restart quarantine in ms (RedLock
+/// only) and, with a hand-off, how long its evidence lasts in ms. The release channel
+/// is not sent: [`companion_of`] derives it.
 ///
 /// A waiter that fails registers on the key's waitlist (a sorted set by arrival; a second
 /// one holds each registration's expiry, so that waiters that died are dropped); a
@@ -179,6 +227,7 @@ if previous and previous ~= '' then
   if {previous_owns} then
     redis.call('DEL', KEYS[1])
     handed_off = 1
+    {evidence}
   end
 end
 {token}
@@ -250,6 +299,14 @@ return {{0, ttl, boot}}
 "#,
         token = next_token("KEYS[2]"),
         previous_owns = owned_by("held", "previous"),
+        evidence = leave_evidence(
+            &format!(
+                "(KEYS[6] or {})",
+                companion_of("KEYS[1]", "KEYS[3]", FORCED_PREFIX)
+            ),
+            "previous",
+            "ARGV[10]"
+        ),
         channel = companion_of("KEYS[1]", "KEYS[3]", RELEASE_CHANNEL_PREFIX),
         expiries = format!(
             "(KEYS[5] or {})",
@@ -376,12 +433,14 @@ end
 "#;
 
 /// Acquires a share of a key: a read lock (limit 0) or a semaphore's permit (limit N).
-/// KEYS: lock, waitlist, waitlist expiries, holders, fence counter. ARGV: owner token,
+/// KEYS: lock, waitlist, waitlist expiries, holders, fence counter, and with a hand-off
+/// the eviction marker (see [`HANDED_MARK`]). ARGV: owner token,
 /// lease in ms, release channel, publish command, grace of a reservation (ms), this
 /// waiter's id (empty when not waiting; readers' ids start with `r:`), "1" if an
 /// earlier attempt may have registered it, how long a registration outlives the lease
 /// it waited on (ms), the owner token of a same-client holder handing its lock off (or
-/// empty), the limit, and the client's name (unused: kept for `inspect`'s sake later).
+/// empty), the limit, the client's name (unused: kept for `inspect`'s sake later), and
+/// with a hand-off how long its evidence lasts (ms).
 ///
 /// The key holds `shared:<limit>` for as long as the longest share lasts; each share
 /// is an entry of the holders set scored with its own lease's end. The exclusive
@@ -417,6 +476,7 @@ local held = ARGV[9] ~= '' and redis.pcall('GET', KEYS[1])
 if {previous_owns} then
   redis.call('DEL', KEYS[1])
   handed_off = 1
+  {evidence}
 end
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' then
@@ -464,7 +524,7 @@ if not busy_for and not reserved and limit == 0 then
   local renewed_by = ms + {WRITER_REFRESH_MS} + tonumber(ARGV[8])
   for i = 1, #line, 2 do
     local id, lapse = line[i], tonumber(line[i + 1])
-    if id ~= ARGV[6] and string.sub(id, 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
+    if id ~= ARGV[6] and {writer} then
       if value and lapse > renewed_by then
         -- Registered for the lease of a write lock that held the key before these
         -- shares; a live writer renewed it when the key came to readers (it was
@@ -520,8 +580,9 @@ return {{1, token, handed_off, 0}}
 "#,
         token = next_token("KEYS[5]"),
         previous_owns = owned_by("held", "ARGV[9]"),
+        evidence = leave_evidence("KEYS[6]", "ARGV[9]", "ARGV[12]"),
         mark_contended = mark_contended("KEYS[1]", "value"),
-        reader_len = READER_ID_PREFIX.len(),
+        writer = is_writer("id"),
     ))
 });
 
@@ -573,7 +634,7 @@ end
 /// A share (read lock, permit) is released by the same script (see `release_share`).
 /// Returns 1 when released (deleted, or reserved for the waitlist's head), 2 when kept
 /// for `hold_at_least`, 0 when the lock was not ours any more, -1 when it was
-/// force-unlocked (see [`GONE`]).
+/// force-unlocked, -2 when an acquire script of this client took it over (see [`GONE`]).
 ///
 /// Without contention this is `GET` and `DEL`: a lock nobody contended (see [`CONTENDED`])
 /// has no one to tell. A contended one goes to the waitlist's head, or is deleted with a
@@ -598,7 +659,7 @@ local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
 local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
 {FREE_FOR_NEXT_FN}
 if not ours then
-  {GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
+  {gone}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
   end
@@ -617,6 +678,7 @@ return 1
         expiries = companion_of("KEYS[1]", "KEYS[2]", WAITLIST_EXPIRY_PREFIX),
         forced = companion_of("KEYS[1]", "KEYS[2]", FORCED_PREFIX),
         holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
+        gone = &*GONE,
     ))
 });
 
@@ -662,11 +724,11 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
 local value = redis.pcall('GET', KEYS[1])
-if value == 'shared:0' and string.sub(ARGV[1], 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
+if value == 'shared:0' and {leaving_writer} then
   {SERVER_MS_FN}
   local readers = false
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. server_ms(), '+inf')) do
-    if string.sub(id, 1, {reader_len}) ~= '{READER_ID_PREFIX}' then
+    if {writer} then
       -- Another writer still waits: the readers keep waiting behind it.
       return 0
     end
@@ -684,7 +746,8 @@ end
 free_for_next()
 return 1
 "#,
-        reader_len = READER_ID_PREFIX.len(),
+        leaving_writer = is_writer("ARGV[1]"),
+        writer = is_writer("id"),
     ))
 });
 
@@ -692,7 +755,8 @@ return 1
 /// ms, publish command, "1" to announce every shortened lease (RedLock: see `Node`),
 /// and on a cluster the eviction marker's name. The release channel and the holders
 /// (of a key held in shares) are derived from the marker (see [`companion_of`]).
-/// Returns 1 when extended, 0 when not ours, -1 when force-unlocked (see [`GONE`]). The
+/// Returns 1 when extended, 0 when not ours, -1 when force-unlocked, -2 when handed
+/// off (see [`GONE`]). The
 /// watchdog's renewals run it too, pipelined. A share's lease is its own score in the
 /// holders set; the key then lasts as long as the longest share.
 ///
@@ -729,7 +793,7 @@ if {ours} then
 end
 -- Defined only off the common path: each definition costs every run that makes it.
 local forced = KEYS[2] or ARGV[5]
-{GONE}{SERVER_MS_FN}{SETTLE_SHARES_FN}
+{gone}{SERVER_MS_FN}{SETTLE_SHARES_FN}
 if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   local holders = {holders}
   local ms = server_ms()
@@ -754,6 +818,7 @@ return gone(forced, ARGV[1])
         ours = owned_by("value", "ARGV[1]"),
         channel = companion_from("KEYS[1]", "forced", FORCED_PREFIX, RELEASE_CHANNEL_PREFIX),
         holders = companion_from("KEYS[1]", "forced", FORCED_PREFIX, HOLDERS_PREFIX),
+        gone = &*GONE,
     ))
 });
 

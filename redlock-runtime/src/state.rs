@@ -291,10 +291,7 @@ mod tests {
                 Instant::now() + Duration::from_secs(1),
             )
             .await
-            .and_then(|turn| match turn {
-                crate::turn::Turn::Taken(turn) => Some(turn),
-                crate::turn::Turn::Beside => None,
-            })
+            .and_then(crate::turn::Turn::into_taken)
             .expect("a free turn");
         LockState::new(Instant::now(), lease, Some(turn), Label::unlabelled())
     }

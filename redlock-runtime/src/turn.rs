@@ -98,6 +98,17 @@ pub(crate) enum Turn {
     Beside,
 }
 
+impl Turn {
+    /// The turn, if taken; `None` for a try let through beside it (Redis decides: the
+    /// key may be free there).
+    pub(crate) fn into_taken(self) -> Option<LocalTurn> {
+        match self {
+            Turn::Taken(turn) => Some(turn),
+            Turn::Beside => None,
+        }
+    }
+}
+
 /// Every key some task of this client holds or waits for.
 #[derive(Default)]
 pub(crate) struct Turns {
@@ -388,16 +399,6 @@ impl Drop for LocalTurn {
 mod tests {
     use super::*;
 
-    impl Turn {
-        /// The turn, if taken (not a try let through beside it).
-        fn taken(self) -> Option<LocalTurn> {
-            match self {
-                Turn::Taken(turn) => Some(turn),
-                Turn::Beside => None,
-            }
-        }
-    }
-
     /// A holder whose lease lasts.
     struct Live;
 
@@ -419,7 +420,7 @@ mod tests {
         let first = turns
             .take_turn("k", &label, soon())
             .await
-            .and_then(Turn::taken)
+            .and_then(Turn::into_taken)
             .expect("a free key");
         // A try (deadline passed) does not wait for a held turn: while its task holds no
         // lock, the try goes to Redis beside it; once it holds one, the try is refused.
@@ -438,7 +439,7 @@ mod tests {
                 let turn = turns
                     .take_turn("k", &Label::unlabelled(), soon())
                     .await
-                    .and_then(Turn::taken)
+                    .and_then(Turn::into_taken)
                     .expect("its turn");
                 order.lock().unwrap().push(n);
                 drop(turn);
@@ -479,7 +480,7 @@ mod tests {
         let first = turns
             .take_turn("k", &label, Instant::now() + Duration::from_secs(5))
             .await
-            .and_then(Turn::taken)
+            .and_then(Turn::into_taken)
             .expect("a free key");
         // The first waiter takes the watch, then gives up while there is no holder yet.
         let quitter = tokio::spawn({
@@ -508,6 +509,6 @@ mod tests {
             .await
             .expect("nobody was called to watch the new holder")
             .unwrap();
-        assert!(turn.and_then(Turn::taken).is_some());
+        assert!(turn.and_then(Turn::into_taken).is_some());
     }
 }

@@ -131,8 +131,8 @@ impl LockGuard {
     /// How long the lock is surely still ours, by this client's conservative estimate
     /// (measured from before the last renewal or extension was sent, less clock drift
     /// with RedLock): never later than Redis's own expiry on the server that took the
-    /// renewal (a replica promoted since may not have it: see
-    /// [`LockClientBuilder::confirm_replicas`](crate::LockClientBuilder::confirm_replicas)).
+    /// renewal (a replica promoted since may not have it: renewals are not confirmed
+    /// by `confirm_replicas`).
     /// Zero once lost.
     pub fn lease_remaining(&self) -> Duration {
         self.held

@@ -878,13 +878,26 @@ async fn redlock_client(masters: &[RedisServer], name: &str) -> LockClient {
 }
 
 /// Three RedLock masters in use (vouched for: each votes at once), and a holder's and
-/// an observer's client of them.
+/// an observer's client of them. One lock is taken and released first, so that the
+/// scripts are loaded on every master and the tests' first acquisitions are answered
+/// by all three alike (a master still loading its script answers late, with a larger
+/// token of its own that the write-back then replaces).
 async fn three_masters() -> (Vec<RedisServer>, LockClient, LockClient) {
     let masters: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_redlock_master())
         .collect();
     let holder = redlock_client(&masters, "redlock-holder").await;
     let observer = redlock_client(&masters, "redlock-observer").await;
+    holder
+        .lock("warm-up")
+        .wait(Duration::from_secs(5))
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     (masters, holder, observer)
 }
 

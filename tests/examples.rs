@@ -94,8 +94,28 @@ fn round_line(stdout: &str, round: u32) -> &str {
         .unwrap_or_else(|| panic!("no line for round {round} in:\n{stdout}"))
 }
 
+/// The draws of each round in the lottery's database, as (worker, token), by round
+/// time.
+fn draws_in_database(db: &std::path::Path) -> std::collections::BTreeMap<String, Vec<(i64, i64)>> {
+    let connection = rusqlite::Connection::open(db).expect("open the lottery database");
+    let mut query = connection
+        .prepare("SELECT round_at, worker, token FROM draws ORDER BY id")
+        .unwrap();
+    let mut draws = std::collections::BTreeMap::<String, Vec<(i64, i64)>>::new();
+    for row in query
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+    {
+        let (round, worker, token) = row.unwrap();
+        draws.entry(round).or_default().push((worker, token));
+    }
+    draws
+}
+
 #[test]
 fn lottery_draws_each_round_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lottery.db");
     let run = run_example(
         "lottery",
         &[
@@ -103,10 +123,12 @@ fn lottery_draws_each_round_exactly_once() {
             "3",
             "--rounds",
             "2",
-            "--every",
-            "2",
+            "--cron",
+            "*/2 * * * * *",
             "--skew-ms",
             "1000",
+            "--db",
+            db.to_str().unwrap(),
         ],
         Duration::from_secs(60),
     );
@@ -120,15 +142,22 @@ fn lottery_draws_each_round_exactly_once() {
         assert!(line.contains("worker 3 fired"), "{line}");
     }
     assert!(
-        run.stdout
-            .contains("exactly-once check passed: 2 rounds, 2 draws in Redis, one per round"),
+        run.stdout.contains(
+            "exactly-once check passed: 2 rounds, 2 draws in the database, one per round"
+        ),
         "{}",
         run.stdout
     );
+    // The database, read by the test: two rounds, one draw each.
+    let draws = draws_in_database(&db);
+    assert_eq!(draws.len(), 2, "{draws:?}");
+    assert!(draws.values().all(|round| round.len() == 1), "{draws:?}");
 }
 
 #[test]
 fn lottery_without_hold_at_least_is_caught_drawing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lottery.db");
     let run = run_example(
         "lottery",
         &[
@@ -141,6 +170,8 @@ fn lottery_without_hold_at_least_is_caught_drawing_twice() {
             "--skew-ms",
             "1000",
             "--without-hold-at-least",
+            "--db",
+            db.to_str().unwrap(),
         ],
         Duration::from_secs(60),
     );
@@ -152,6 +183,8 @@ fn lottery_without_hold_at_least_is_caught_drawing_twice() {
     assert!(round_line(&run.stdout, 1).contains("DRAWN 2 TIMES"));
     assert!(run.stdout.contains("exactly-once check FAILED"));
     assert!(run.stdout.contains("was drawn 2 times"), "{}", run.stdout);
+    let draws = draws_in_database(&db);
+    assert!(draws.values().any(|round| round.len() == 2), "{draws:?}");
 }
 
 /// The number right after `marker` in `line`.
@@ -169,6 +202,8 @@ fn number_after(line: &str, marker: &str) -> u64 {
 #[test]
 fn lottery_leader_is_replaced_within_the_lease_after_a_sigkill() {
     let lease_ms = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lottery.db");
     let run = run_example(
         "lottery",
         &[
@@ -184,6 +219,8 @@ fn lottery_leader_is_replaced_within_the_lease_after_a_sigkill() {
             "1000",
             "--kill-leader-after",
             "1",
+            "--db",
+            db.to_str().unwrap(),
         ],
         Duration::from_secs(60),
     );
@@ -234,11 +271,33 @@ fn lottery_leader_is_replaced_within_the_lease_after_a_sigkill() {
         assert_eq!(number_after(line, "term "), new_term, "{line}");
     }
     assert!(
-        run.stdout
-            .contains("exactly-once check passed: 3 rounds, 3 draws in Redis, one per round"),
+        run.stdout.contains(
+            "exactly-once check passed: 3 rounds, 3 draws in the database, one per round"
+        ),
         "{}",
         run.stdout
     );
+    // The database: one draw per round, each with the term of its drawer, and the
+    // scheduler's fence at the new leader's term.
+    let draws = draws_in_database(&db);
+    assert_eq!(draws.len(), 3, "{draws:?}");
+    let terms: Vec<u64> = draws
+        .values()
+        .map(|round| {
+            assert_eq!(round.len(), 1, "{draws:?}");
+            round[0].1 as u64
+        })
+        .collect();
+    assert_eq!(terms, [old_term, new_term, new_term], "{draws:?}");
+    let connection = rusqlite::Connection::open(&db).unwrap();
+    let fence: i64 = connection
+        .query_row(
+            "SELECT fence FROM fences WHERE lock = 'lottery-scheduler'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(fence as u64 >= new_term, "fence {fence}, term {new_term}");
 }
 
 /// The charges of each order, as (fencing token, instance), read from the order

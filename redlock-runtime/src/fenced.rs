@@ -87,9 +87,10 @@ pub struct FencedKey {
     key: String,
 }
 
-/// What a [`FencedKey::write`] did.
+/// What a [`FencedKey::write`] did. Two answers, and only two: not
+/// `#[non_exhaustive]`, so that a `match` on it needs no catch-all that would swallow
+/// a stale write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum FencedWrite {
     /// The fields were written, and the resource's fence raised to the writer's token.
     Written {

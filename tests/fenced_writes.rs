@@ -212,3 +212,77 @@ async fn on_a_cluster_the_write_goes_to_the_resource_keys_slot() {
         assert_eq!(value, "done");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_fence_holds_on_the_new_primary_after_a_failover() {
+    use redlock_testkit::SentinelSetup;
+    use redlock_testkit::sentinel::SERVICE;
+    let mut setup = SentinelSetup::start();
+    let locks = LockClient::sentinel(setup.sentinel_urls(), SERVICE)
+        .await
+        .expect("sentinel client");
+    let urls = setup.sentinel_urls();
+    let primary = || async {
+        redis::sentinel::SentinelClient::build(
+            urls.clone(),
+            SERVICE.to_owned(),
+            None,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+    };
+    let mut data = primary().await;
+    let older = token_of_one_hold(&locks, "job:3").await;
+    let newer = token_of_one_hold(&locks, "job:3").await;
+    let state = FencedKey::new("job-state:3");
+    let written = state
+        .write(&mut data, newer, &[("state", "done")])
+        .await
+        .unwrap();
+    assert_eq!(written, FencedWrite::Written { previous: None });
+    // Replicated before the primary goes: the fence is data like any other.
+    let replicas: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query_async(&mut data)
+        .await
+        .unwrap();
+    assert_eq!(replicas, 1);
+    setup.fail_over();
+    let mut data = primary().await;
+    let refused = state
+        .write(&mut data, older, &[("state", "lost")])
+        .await
+        .unwrap();
+    assert_eq!(refused, FencedWrite::Stale { seen: newer });
+}
+
+#[tokio::test]
+async fn with_redlock_the_tokens_fence_a_resource_on_the_data_server() {
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_redlock_master())
+        .collect();
+    let locks = LockClient::redlock(masters.iter().map(RedisServer::url))
+        .await
+        .expect("redlock client");
+    // The resource lives on the application's own Redis, not on the lock masters.
+    let data_server = RedisServer::start();
+    let mut data = raw(&data_server).await;
+    let older = token_of_one_hold(&locks, "ledger:5").await;
+    let newer = token_of_one_hold(&locks, "ledger:5").await;
+    assert!(newer > older);
+    let ledger = FencedKey::new("ledger-state:5");
+    let written = ledger
+        .write(&mut data, newer, &[("total", 10)])
+        .await
+        .unwrap();
+    assert_eq!(written, FencedWrite::Written { previous: None });
+    let refused = ledger
+        .write(&mut data, older, &[("total", 7)])
+        .await
+        .unwrap();
+    assert_eq!(refused, FencedWrite::Stale { seen: newer });
+}

@@ -73,7 +73,9 @@ return {{1, seen or ''}}
 /// **Where it works.** The write goes to whatever connection it is given: one
 /// server, a Sentinel-watched primary, or a Cluster connection, which sends it to the
 /// resource key's slot (one key: no cross-slot question). The resource need not live
-/// where the locks do. **With RedLock**, keep the resource on your data's Redis, not
+/// where the locks do. The fence is data like the fields beside it: it survives a
+/// failover as far as the write was replicated (`WAIT` after the write, if that
+/// matters). **With RedLock**, keep the resource on your data's Redis, not
 /// on the lock masters: a fenced write is a write to one store, and a copy on each
 /// master would not be agreed on by a majority. The token of a RedLock lock fences it
 /// like any other: each acquisition's token is above every earlier one of the key

@@ -225,7 +225,7 @@ async fn behind_sentinel_the_fence_holds_on_the_new_primary_after_a_failover() {
     let primary = || async {
         redis::sentinel::SentinelClient::build(
             urls.clone(),
-            SERVICE.to_owned(),
+            SERVICE,
             None,
             redis::sentinel::SentinelServerType::Master,
         )

@@ -117,14 +117,17 @@
 //! the write. In SQL (SQLite, Postgres and MySQL alike), with a `fence` column:
 //!
 //! ```sql
-//! UPDATE orders SET status = 'paid', fence = :token
-//!  WHERE id = :id AND fence <= :token AND status = 'pending';
-//! -- 0 rows changed: a newer holder (or a finished payment) got there first.
+//! -- orders.fence: the highest token a payment of the order was written with (0 at first)
+//! UPDATE orders SET status = 'paid', fence = :token WHERE id = :id AND fence <= :token;
+//! -- 0 rows changed: a holder with a newer token wrote first; roll back
 //! ```
 //!
-//! Every other write of the same unit of work goes in the same transaction, which
-//! commits only if that `UPDATE` changed its row. `examples/orders` does this
-//! (SQLite, processes over HTTP, one of them paused with `SIGSTOP`); in Redis,
+//! Every other write of the same unit of work (the debit, the charge's row) goes in
+//! the same transaction, which commits only if that `UPDATE` changed its row. A
+//! resource with no row yet takes the same check as an upsert (SQLite and Postgres:
+//! `INSERT … ON CONFLICT (k) DO UPDATE SET fence = excluded.fence WHERE fence <=
+//! excluded.fence`). `examples/orders` does this (SQLite, instances over HTTP, one of
+//! them paused with `SIGSTOP`), `examples/lottery` the upsert; in Redis,
 //! [`FencedKey`] does it for you.
 //!
 //! # Modes

@@ -399,11 +399,11 @@ async fn pause(instances: &mut [Instance], db: &Path, locks: &LockClient) -> boo
     let (a, b) = (&mut first[0], &rest[0]);
     let (a_addr, a_pid) = (a.addr, a.pid());
     println!(
-        "  {}  POST /orders/{id}/pay → a (the provider takes 2 s)",
+        "  {}  POST /orders/{id}/pay → a (the provider takes 5 s: time to stop a before it writes)",
         at()
     );
     let a_answer = tokio::spawn(async move {
-        pay(a_addr, id, &[("x-provider-delay-ms", "2000".to_owned())]).await
+        pay(a_addr, id, &[("x-provider-delay-ms", "5000".to_owned())]).await
     });
     if wait_for_line(
         &mut a.lines,

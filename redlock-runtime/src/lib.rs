@@ -65,6 +65,10 @@
 //!   increasing when the counter comes back stale or empty (restarts from a snapshot,
 //!   an AOF or without persistence, a lagging replica promoted), as long as the new
 //!   server's clock is not behind the old one's by more than the switch took.
+//! - **Fenced writes**: a token helps only if the store checks it. A resource in
+//!   Redis is written through [`FencedKey::write`] (one script: write if the token is
+//!   at least the highest the resource has seen, else [`FencedWrite::Stale`]); a SQL
+//!   store checks it in the write itself — see "Fencing a database" below.
 //! - **Keys**: the lock is stored under the key itself; `redlock:fence` holds the
 //!   counter (with RedLock, `redlock:boot` the restart marker); while clients wait,
 //!   `redlock:waitlist:<key>` and `redlock:waitlist-expiry:<key>` hold the line (they
@@ -108,6 +112,29 @@
 //! let leader = client.election("lottery-scheduler").leader().await?;
 //! # drop((reader, permit, leader)); Ok(()) }
 //! ```
+//!
+//! # Fencing a database
+//! A holder can be paused past its lease (a GC pause, a stopped VM, a network stall)
+//! and wake up to write while another process holds the lock and has written: the
+//! lock alone cannot stop it (Kleppmann, *How to do distributed locking*, 2016). The
+//! store can, if every write carries the lock's [fencing token](LockGuard::fencing_token)
+//! and the store refuses a token below the highest it has recorded for that row — in
+//! the same statement (or transaction), so that nothing slips between the check and
+//! the write. In SQL (SQLite, Postgres and MySQL alike), with a `fence` column:
+//!
+//! ```sql
+//! -- orders.fence: the highest token a payment of the order was written with (0 at first)
+//! UPDATE orders SET status = 'paid', fence = :token WHERE id = :id AND fence <= :token;
+//! -- 0 rows changed: a holder with a newer token wrote first; roll back
+//! ```
+//!
+//! Every other write of the same unit of work (the debit, the charge's row) goes in
+//! the same transaction, which commits only if that `UPDATE` changed its row. A
+//! resource with no row yet takes the same check as an upsert (SQLite and Postgres:
+//! `INSERT … ON CONFLICT (k) DO UPDATE SET fence = excluded.fence WHERE fence <=
+//! excluded.fence`). `examples/orders` does this (SQLite, instances over HTTP, one of
+//! them paused with `SIGSTOP`), `examples/lottery` the upsert; in Redis,
+//! [`FencedKey`] does it for you.
 //!
 //! # Modes
 //! One server ([`LockClient::connect`]), RedLock over independent masters
@@ -211,7 +238,9 @@
 //! I/O around them lets slow masters finish in the background.
 //!
 //! **Requests** — `limits` refuses what a request may not ask for (key, durations,
-//! `max_lease`) before anything is sent.
+//! `max_lease`) before anything is sent. `fenced` ([`FencedKey`]) writes a user's
+//! resource if the writer's token is recent enough, over any connection: it needs
+//! only `limits` and `error`.
 //!
 //! **In-process** — `hand_off` decides whether a releasing task may pass its lock to
 //! the next task of the client and carries the baton (pure, no Redis); `turn` is a
@@ -277,6 +306,7 @@ mod connection;
 mod core;
 mod election;
 mod error;
+mod fenced;
 mod guard;
 mod hand_off;
 mod limits;
@@ -298,6 +328,7 @@ pub use client::{LockClient, LockClientBuilder};
 pub use config::{DEFAULT_MAX_LEASE, DEFAULT_URL, MAX_KEY_LEN, MAX_NAME_LEN};
 pub use election::Election;
 pub use error::LockError;
+pub use fenced::{FencedKey, FencedWrite};
 pub use guard::LockGuard;
 pub use macro_support::{
     AsLockClient, CurrentLock, FromLockError, LockedResult, SkippableResult, current_lock,

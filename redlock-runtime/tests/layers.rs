@@ -21,6 +21,7 @@ const LAYERS: &[&str] = &[
     "connect",       // connecting in each mode, giving a node
     "masters",       // the majority over servers (pure tallies + I/O)
     "limits",        // what a request may ask for
+    "fenced",        // fenced writes to a user's resource (FencedKey)
     "hand_off",      // passing a lock to the next task of the client (the baton)
     "turn",          // the in-process turn of a client's tasks
     "state",         // a held lock's shared state (lost? lease until?)

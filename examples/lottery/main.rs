@@ -1,34 +1,44 @@
-//! Scheduled-job exclusivity: N worker processes run the same schedule, and each round
-//! exactly one of them draws the lottery.
+//! Scheduled-job exclusivity: N worker processes run the same cron schedule, and each
+//! round exactly one of them draws the lottery and records it in a SQL database.
 //!
 //! ```text
 //! cargo run --release --example lottery                         # 4 workers, 3 rounds, every 5 s
-//! cargo run --release --example lottery -- --workers 6 --rounds 5 --every 2 --skew-ms 1500
+//! cargo run --release --example lottery -- --cron "0 0 12 * * *" --rounds 1   # every day at noon
+//! cargo run --release --example lottery -- --workers 6 --rounds 5 --cron "*/2 * * * * *" --skew-ms 1500
 //! cargo run --release --example lottery -- --without-hold-at-least   # watch the check fail
 //! cargo run --release --example lottery -- --mode leader --rounds 4 --every 3 --kill-leader-after 2
 //! ```
 //!
 //! Run without `--worker`, this binary is the coordinator: it starts a throwaway
 //! `redis-server` when `REDLOCK_URL` is unset (or uses `REDLOCK_URL`; a comma-separated
-//! list means RedLock), seeds the users, spawns `--workers` copies of itself with
-//! `--worker <i>`, renders what they report, and at the end reads every round's record
-//! back from Redis and checks that each round was drawn exactly once.
+//! list means RedLock), creates the database (SQLite, a file in a temporary directory
+//! or `--db`; the classic version of this job uses MySQL) with the users, spawns
+//! `--workers` copies of itself with `--worker <i>`, renders what they report, and at
+//! the end reads every round's draws back from the database and checks that each
+//! round was drawn exactly once.
 //!
-//! Every worker wakes at the same wall-clock instants (whole multiples of `--every`,
-//! our stand-in for "every day at noon") and calls `draw_winners`. The lock's key names
-//! the round, so one worker wins it and the others skip. The last worker fires
+//! The schedule is a cron expression (`--cron`, seconds first, UTC; the `cron` crate
+//! parses it): the job's real one is `0 0 12 * * *`, every day at noon; the demo's
+//! `*/5 * * * * *` (`--every 5` is short for it). Every worker computes the same fire
+//! times, sleeps until each and calls `draw_winners`. The lock's key names the round,
+//! so one worker wins it and the others skip. The last worker fires
 //! `--skew-ms` late, like a process whose clock or scheduler lags: by then the winner
 //! has long finished, and only `hold_at_least = "3s"` keeps the round's lock in place so
 //! that the late worker does not draw the same round a second time.
 //!
-//! A worker can also join by hand, e.g. from another terminal:
-//! `REDLOCK_URL=redis://127.0.0.1:PORT/ cargo run --example lottery -- --worker 9`.
+//! Each draw is written with the lock's fencing token, and the database refuses a
+//! token below the highest it has recorded for that lock (`db::FENCE`, in the same
+//! transaction as the draw).
+//!
+//! A worker can also join by hand, e.g. from another terminal (the coordinator prints
+//! the database's path):
+//! `REDLOCK_URL=redis://127.0.0.1:PORT/ cargo run --example lottery -- --worker 9 --db PATH`.
 //!
 //! `--mode leader`: instead of every worker firing each round, the workers elect one
 //! scheduler (`client.election("lottery-scheduler")`, the watchdog lease `--lease-ms`)
 //! and only the leader draws, writing each draw with its term (the election's fencing
 //! token); the others wait as candidates. On election a leader first records its term
-//! in the store, whose draw script then refuses any draw of an older term, and only then
+//! in the database, which then refuses any draw of an older term, and only then
 //! looks which rounds are still to draw: a round drawn by an earlier leader is never
 //! drawn again, and one whose time passed while nobody led is drawn at once. A leader
 //! whose `lost()` fires stops drawing and campaigns again. The coordinator asks
@@ -41,16 +51,19 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use rand::seq::IndexedRandom;
-use redis::AsyncCommands;
 use redlock_runtime::{LockClient, LockError, distributed_lock};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
+mod db;
+mod schedule;
+
+use db::{Db, Fenced};
+use schedule::Schedule;
+
 /// How many users are seeded, and how many of them win each round.
 const USERS: u32 = 1000;
 const WINNERS: usize = 10;
-const USERS_KEY: &str = "lottery:users";
 
 /// How the workers decide who draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -73,9 +86,18 @@ struct Args {
     /// Number of draws (rounds).
     #[arg(long, default_value_t = 3)]
     rounds: u32,
-    /// Seconds between draws; rounds fire at whole multiples of it on the wall clock.
+    /// The schedule: a cron expression, seconds first, UTC (`0 0 12 * * *`: every day
+    /// at noon). Default: `*/<every> * * * * *`.
+    #[arg(long, value_name = "EXPR")]
+    cron: Option<String>,
+    /// Short for `--cron "*/<every> * * * * *"`: a round every `every` seconds (a
+    /// divisor of 60, so that the rounds stay evenly spaced across minutes).
     #[arg(long, default_value_t = 5)]
     every: u64,
+    /// The SQLite database file (default: in a temporary directory, removed at the end).
+    /// A worker joining by hand gives the coordinator's.
+    #[arg(long)]
+    db: Option<std::path::PathBuf>,
     /// How late the last worker fires each round, in milliseconds (0: nobody is late).
     /// Round mode only.
     #[arg(long, default_value_t = 1500)]
@@ -96,7 +118,7 @@ struct Args {
     #[arg(long, value_name = "ID")]
     worker: Option<u32>,
     /// Unix time (seconds) of the first round, set by the coordinator for its workers;
-    /// without it a worker starts at the next multiple of `--every`.
+    /// without it a worker starts at the schedule's next fire time.
     #[arg(long, hide = true)]
     first: Option<u64>,
 }
@@ -122,9 +144,9 @@ impl fmt::Display for UserId {
     }
 }
 
-/// The lottery's data in Redis, as seen by one worker.
+/// The lottery's database, as seen by one worker.
 struct Store {
-    redis: redis::aio::MultiplexedConnection,
+    db: Db,
     worker: u32,
     /// The fencing token of this worker's last recorded draw.
     last_token: std::sync::Mutex<u64>,
@@ -133,14 +155,23 @@ struct Store {
 #[derive(Debug)]
 enum LotteryError {
     Lock(LockError),
-    Redis(redis::RedisError),
+    Db(rusqlite::Error),
+    /// The database refused the draw: a newer token had written.
+    Stale {
+        token: u64,
+        seen: u64,
+    },
 }
 
 impl fmt::Display for LotteryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LotteryError::Lock(error) => error.fmt(f),
-            LotteryError::Redis(error) => write!(f, "Redis failed: {error}"),
+            LotteryError::Db(error) => write!(f, "the database failed: {error}"),
+            LotteryError::Stale { token, seen } => write!(
+                f,
+                "the database refused the draw: fencing token {token} is older than {seen}"
+            ),
         }
     }
 }
@@ -153,9 +184,9 @@ impl From<LockError> for LotteryError {
     }
 }
 
-impl From<redis::RedisError> for LotteryError {
-    fn from(error: redis::RedisError) -> Self {
-        LotteryError::Redis(error)
+impl From<rusqlite::Error> for LotteryError {
+    fn from(error: rusqlite::Error) -> Self {
+        LotteryError::Db(error)
     }
 }
 
@@ -192,91 +223,36 @@ async fn draw_winners_without_hold(
 /// The body of the job: picks the winners and records them with the fencing token.
 async fn draw_and_record(draw: &Draw, store: &Store) -> Result<Vec<UserId>, LotteryError> {
     let lock = redlock_runtime::current_lock().expect("called under #[distributed_lock]");
+    let token = lock.fencing_token();
     let winners = pick_winners(store).await?;
-    record_draw(store, draw, lock.fencing_token(), &winners).await?;
+    if let Fenced::Stale { seen } = record_draw(store, draw, lock.key(), token, &winners).await? {
+        return Err(LotteryError::Stale { token, seen });
+    }
     *store.last_token.lock().unwrap_or_else(|e| e.into_inner()) = lock.fencing_token();
     Ok(winners)
 }
 
 /// Picks the winners; takes a moment (notifying them, ...): far less than hold_at_least.
-async fn pick_winners(store: &Store) -> Result<Vec<UserId>, redis::RedisError> {
-    let mut redis = store.redis.clone();
-    let users: Vec<u32> = redis.smembers(USERS_KEY).await?;
-    let mut winners: Vec<UserId> = users
-        .choose_multiple(&mut rand::rng(), WINNERS)
-        .map(|&id| UserId(id))
-        .collect();
-    winners.sort();
+async fn pick_winners(store: &Store) -> Result<Vec<UserId>, rusqlite::Error> {
+    let winners = store.db.pick(WINNERS).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    Ok(winners)
+    Ok(winners.into_iter().map(UserId).collect())
 }
 
-/// The round's record, a hash `lottery:draw:<date>`: every drawer is counted (so a
-/// double draw is detected, not hidden), and the winner fields are written by the
-/// drawer with the highest fencing token seen.
-static RECORD: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(RECORD_LUA));
-
-const RECORD_LUA: &str = r#"
-local draws = redis.call('HINCRBY', KEYS[1], 'draws', 1)
-local drawer = ARGV[1] .. '@' .. ARGV[2]
-local drawers = redis.call('HGET', KEYS[1], 'drawers')
-redis.call('HSET', KEYS[1], 'drawers', drawers and (drawers .. ',' .. drawer) or drawer)
-local seen = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
-if tonumber(ARGV[2]) > seen then
-  redis.call('HSET', KEYS[1], 'worker', ARGV[1], 'token', ARGV[2], 'winners', ARGV[3])
-end
-return draws
-"#;
-
-/// Leader mode: the same record, fenced by the scheduler's term. `KEYS[2]` holds the
-/// newest term the store has seen (`TERM_KEY`); a draw of an older term is refused
-/// (counted in the record's `refused` field, not as a draw) and the newest term is
-/// returned negated. Every accepted draw is still counted, so a round drawn twice, even
-/// by the same term, fails the exactly-once check.
-static RECORD_FENCED: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(&format!(
-        r#"
-local newest = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[2]) < newest then
-  redis.call('HINCRBY', KEYS[1], 'refused', 1)
-  return -newest
-end
-{RECORD_LUA}"#
-    ))
-});
-
-/// Leader mode: a newly elected leader records its term as the newest (1), unless a
-/// newer one is there already (0: it has been deposed).
-static CLAIM_TERM: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r#"
-if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return 1
-"#,
-    )
-});
-
-fn record_key(date: &str) -> String {
-    format!("lottery:draw:{date}")
-}
-
+/// Records the draw in the database, fenced by `token` on `lock` (the round's lock,
+/// or the election in leader mode): the database refuses a token below the highest it
+/// has recorded for that lock.
 async fn record_draw(
     store: &Store,
     draw: &Draw,
+    lock: &str,
     token: u64,
     winners: &[UserId],
-) -> Result<u64, redis::RedisError> {
+) -> Result<Fenced, rusqlite::Error> {
     let winners: Vec<String> = winners.iter().map(ToString::to_string).collect();
-    RECORD
-        .key(record_key(&draw.date))
-        .arg(store.worker)
-        .arg(token)
-        .arg(winners.join(","))
-        .invoke_async(&mut store.redis.clone())
+    store
+        .db
+        .record(lock, &draw.date, store.worker, token, &winners.join(","))
         .await
 }
 
@@ -287,22 +263,9 @@ async fn record_draw(
 async fn worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> {
     let client = LockClient::from_env().await?;
     redlock_runtime::set_default_client(client);
-    let store = Store {
-        redis: data_connection().await?,
-        worker: id,
-        last_token: std::sync::Mutex::new(0),
-    };
-    if args.first.is_none() {
-        // Joined by hand: make sure there is someone to draw.
-        seed_users(&store.redis).await?;
-    }
-    let every = args.every.max(1);
-    let first = args
-        .first
-        .unwrap_or_else(|| next_multiple(unix_now(), every));
+    let store = worker_store(args, id).await?;
     let late = Duration::from_millis(args.skew_ms);
-    for round in 1..=args.rounds {
-        let at = first + u64::from(round - 1) * every;
+    for (round, at) in (1..).zip(worker_schedule(args)?) {
         let draw = Draw {
             round,
             date: utc(at),
@@ -345,27 +308,57 @@ async fn worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::Error>> 
     Ok(())
 }
 
-/// The worker that drew `date`, once its record is there (up to 2 s).
-async fn wait_for_record(store: &Store, date: &str) -> Result<Option<String>, redis::RedisError> {
-    let mut redis = store.redis.clone();
+/// The worker that drew `date`, once its draw is in the database (up to 2 s).
+async fn wait_for_record(store: &Store, date: &str) -> Result<Option<String>, rusqlite::Error> {
     for _ in 0..40 {
-        let worker: Option<String> = redis.hget(record_key(date), "worker").await?;
-        if worker.is_some() {
-            return Ok(worker);
+        if let Some(worker) = store.db.drawn_by(date).await? {
+            return Ok(Some(worker.to_string()));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(None)
 }
 
+/// A worker's view of the database; one that joined by hand makes sure the tables
+/// and the users are there.
+async fn worker_store(args: &Args, id: u32) -> Result<Store, Box<dyn std::error::Error>> {
+    let path = args
+        .db
+        .clone()
+        .ok_or("--worker needs --db, the database file of the run (the coordinator prints it)")?;
+    let db = Db::new(path);
+    if args.first.is_none() {
+        db.create(USERS).await?;
+    }
+    Ok(Store {
+        db,
+        worker: id,
+        last_token: std::sync::Mutex::new(0),
+    })
+}
+
+/// The schedule's expression: `--cron`, or `*/<every> * * * * *`.
+fn schedule_of(args: &Args) -> Result<Schedule, String> {
+    match &args.cron {
+        Some(expression) => Schedule::parse(expression),
+        None => Schedule::parse(&format!("*/{} * * * * *", args.every.max(1))),
+    }
+}
+
+/// A worker's fire times: `--rounds` of them from `--first` (the coordinator's), or
+/// from now for a worker that joined by hand.
+fn worker_schedule(args: &Args) -> Result<Vec<u64>, String> {
+    let first = args.first.unwrap_or_else(|| unix_now() + 1);
+    Ok(schedule_of(args)?.times(first, args.rounds))
+}
+
 // ---------------------------------------------------------------------------------------
 // Leader mode: the worker
 // ---------------------------------------------------------------------------------------
 
-/// The election every worker campaigns in (the key of its lock).
+/// The election every worker campaigns in (the key of its lock, and the name of the
+/// fence its terms raise in the database).
 const ELECTION: &str = "lottery-scheduler";
-/// Where the store keeps the newest scheduler term it has seen: its fence.
-const TERM_KEY: &str = "lottery:scheduler:term";
 
 /// The client name of worker `id`: what `leader()` reports as the holder.
 fn worker_name(id: u32) -> String {
@@ -389,28 +382,22 @@ async fn leader_worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::E
         .renew_every(lease / 3)
         .connect()
         .await?;
-    let store = Store {
-        redis: data_connection().await?,
-        worker: id,
-        last_token: std::sync::Mutex::new(0),
-    };
-    if args.first.is_none() {
-        seed_users(&store.redis).await?;
-    }
-    let every = args.every.max(1);
-    let first = args
-        .first
-        .unwrap_or_else(|| next_multiple(unix_now(), every));
-    let schedule: Vec<(u64, Draw)> = (1..=args.rounds)
-        .map(|round| {
-            let at = first + u64::from(round - 1) * every;
-            let date = utc(at);
-            (at, Draw { round, date })
+    let store = worker_store(args, id).await?;
+    let schedule: Vec<(u64, Draw)> = (1..)
+        .zip(worker_schedule(args)?)
+        .map(|(round, at)| {
+            (
+                at,
+                Draw {
+                    round,
+                    date: utc(at),
+                },
+            )
         })
         .collect();
     // A candidate gives up a minute after the last round (it is normally elected, finds
     // nothing left to draw and resigns, once the last leader resigns).
-    let last = first + u64::from(args.rounds.saturating_sub(1)) * every;
+    let last = schedule.last().map_or(0, |(at, _)| *at);
     let patience = Duration::from_secs(last.saturating_sub(unix_now()) + 60) + lease;
     let election = client.election(ELECTION).wait(patience);
     loop {
@@ -420,14 +407,10 @@ async fn leader_worker(args: &Args, id: u32) -> Result<(), Box<dyn std::error::E
             "LEADER event=elected worker={id} term={token} at_ms={}",
             unix_ms()
         );
-        // The term goes into the store before anything is looked at: from here on, a
-        // draw by an earlier leader is refused, so none can land after the check below.
-        let claimed: i64 = CLAIM_TERM
-            .key(TERM_KEY)
-            .arg(token)
-            .invoke_async(&mut store.redis.clone())
-            .await?;
-        let served = if claimed == 1 {
+        // The term goes into the database before anything is looked at: from here on,
+        // a draw by an earlier leader is refused, so none can land after the check below.
+        let claimed = store.db.claim(ELECTION, token).await?;
+        let served = if claimed == Fenced::Written {
             lead(&term, &schedule, &store).await?
         } else {
             Served::Deposed
@@ -460,9 +443,8 @@ async fn lead(
     schedule: &[(u64, Draw)],
     store: &Store,
 ) -> Result<Served, LotteryError> {
-    let mut redis = store.redis.clone();
     for (at, draw) in schedule {
-        let drawn: bool = redis.hexists(record_key(&draw.date), "draws").await?;
+        let drawn = !store.db.draws(&draw.date).await?.is_empty();
         if drawn {
             continue; // by an earlier leader
         }
@@ -494,7 +476,7 @@ async fn lead(
             }
             Ok(Err(newest)) => {
                 println!(
-                    "{prefix} outcome=refused message=the store refused the draw: term {} is older than term {newest}",
+                    "{prefix} outcome=refused message=the database refused the draw: term {} is older than term {newest}",
                     term.fencing_token()
                 );
                 return Ok(Served::Deposed);
@@ -505,28 +487,20 @@ async fn lead(
     Ok(Served::AllDrawn)
 }
 
-/// Draws one round and records it fenced by `term`: `Ok(Err(newest))` when the store
-/// has seen a newer term and refused it.
+/// Draws one round and records it fenced by `term`: `Ok(Err(newest))` when the
+/// database has seen a newer term and refused it.
 async fn draw_as_leader(
     draw: &Draw,
     store: &Store,
     term: u64,
-) -> Result<Result<Vec<UserId>, u64>, redis::RedisError> {
+) -> Result<Result<Vec<UserId>, u64>, rusqlite::Error> {
     let winners = pick_winners(store).await?;
-    let names: Vec<String> = winners.iter().map(ToString::to_string).collect();
-    let draws: i64 = RECORD_FENCED
-        .key(record_key(&draw.date))
-        .key(TERM_KEY)
-        .arg(store.worker)
-        .arg(term)
-        .arg(names.join(","))
-        .invoke_async(&mut store.redis.clone())
-        .await?;
-    Ok(if draws > 0 {
-        Ok(winners)
-    } else {
-        Err(draws.unsigned_abs())
-    })
+    Ok(
+        match record_draw(store, draw, ELECTION, term, &winners).await? {
+            Fenced::Written => Ok(winners),
+            Fenced::Stale { seen } => Err(seen),
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -633,12 +607,30 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     if args.workers == 0 || args.rounds == 0 || args.every == 0 {
         return Err("--workers, --rounds and --every must be above zero".into());
     }
+    let schedule = schedule_of(args)?;
+    // Give the workers a moment to start: the first round is the schedule's first
+    // fire time two seconds from now or later.
+    let times = schedule.times(unix_now() + 2, args.rounds);
+    if times.len() < args.rounds as usize {
+        return Err(format!(
+            "--cron {:?} fires only {} more times, not --rounds {}",
+            schedule.expression(),
+            times.len(),
+            args.rounds
+        )
+        .into());
+    }
+    let gap = times
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .min()
+        .unwrap_or(u64::MAX);
     match args.mode {
         Mode::Round => {
-            if args.skew_ms >= args.every * 1000 {
+            if args.skew_ms >= gap.saturating_mul(1000) {
                 return Err(format!(
-                    "--skew-ms ({}) must be shorter than --every ({} s)",
-                    args.skew_ms, args.every
+                    "--skew-ms ({}) must be shorter than the time between rounds ({gap} s)",
+                    args.skew_ms
                 )
                 .into());
             }
@@ -664,14 +656,21 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     }
     // A throwaway server unless REDLOCK_URL names one (or several: RedLock).
     let (_server, url) = redlock_testkit::redlock_url_or_throwaway_server();
-    let data = redis::Client::open(first_url(&url))?
-        .get_multiplexed_async_connection()
-        .await?;
-    seed_users(&data).await?;
-
-    // Give the workers a moment to start, then fire on the next whole multiple.
-    let every = args.every;
-    let first = next_multiple(unix_now() + 1, every);
+    let dir = tempfile::Builder::new()
+        .prefix("redlock-lottery-")
+        .tempdir()?;
+    let db = Db::new(
+        args.db
+            .clone()
+            .unwrap_or_else(|| dir.path().join("lottery.db")),
+    );
+    db.create(USERS).await?;
+    println!(
+        "database: {} (SQLite, shared by the workers)",
+        db.path().display()
+    );
+    let first = times[0];
+    let cron = schedule.expression();
     match args.mode {
         Mode::Round => {
             let hold = if args.without_hold_at_least {
@@ -680,10 +679,10 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
                 "hold_at_least = 3s"
             };
             println!(
-                "{} workers, {} rounds, one every {every} s on the wall clock from {} UTC; {hold}",
+                "{} workers, {} rounds on the schedule \"{cron}\" (cron, UTC) from {}; {hold}",
                 args.workers,
                 args.rounds,
-                &utc(first)[11..19],
+                utc(first),
             );
             if args.skew_ms > 0 {
                 println!(
@@ -693,17 +692,15 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
             }
         }
         Mode::Leader => {
-            // A fresh fence: terms of an earlier run on the same server do not count.
-            let () = data.clone().del(TERM_KEY).await?;
             println!(
                 "leader mode: {} workers campaign in the election \"{ELECTION}\" (watchdog lease {} ms, \
-                 renewed every {} ms); the leader alone draws {} rounds, one every {every} s on the \
-                 wall clock from {} UTC",
+                 renewed every {} ms); the leader alone draws {} rounds on the schedule \"{cron}\" \
+                 (cron, UTC) from {}",
                 args.workers,
                 args.lease_ms,
                 args.lease_ms / 3,
                 args.rounds,
-                &utc(first)[11..19],
+                utc(first),
             );
             if args.kill_leader_after > 0 {
                 println!(
@@ -728,7 +725,9 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
         command
             .args(["--worker", &id.to_string()])
             .args(["--first", &first.to_string()])
-            .args(["--every", &every.to_string()])
+            .args(["--cron", cron])
+            .arg("--db")
+            .arg(db.path())
             .args(["--rounds", &args.rounds.to_string()])
             .args(["--skew-ms", &skew.to_string()])
             .env("REDLOCK_URL", &url)
@@ -767,25 +766,23 @@ async fn coordinator(args: &Args) -> Result<bool, Box<dyn std::error::Error>> {
     drop(reports_tx);
 
     match args.mode {
-        Mode::Round => follow_rounds(args, &data, first, reports, children).await,
-        Mode::Leader => follow_leader(args, &url, &data, first, reports, children).await,
+        Mode::Round => follow_rounds(args, &db, &times, reports, children).await,
+        Mode::Leader => follow_leader(args, &url, &db, &times, reports, children).await,
     }
 }
 
 /// Round mode: renders the rounds as the workers report them, then checks.
 async fn follow_rounds(
     args: &Args,
-    data: &redis::aio::MultiplexedConnection,
-    first: u64,
+    db: &Db,
+    times: &[u64],
     mut reports: tokio::sync::mpsc::UnboundedReceiver<Report>,
     children: Vec<(u32, tokio::process::Child)>,
 ) -> Result<bool, Box<dyn std::error::Error>> {
-    let every = args.every;
     // Render each round as soon as every worker has reported on it.
     let mut rounds: BTreeMap<u32, Vec<Event>> = BTreeMap::new();
     let mut rendered = 0;
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_secs(every * u64::from(args.rounds) + 30);
+    let deadline = tokio::time::Instant::now() + until_after(times, Duration::from_secs(30));
     loop {
         let report = tokio::select! {
             report = reports.recv() => report,
@@ -822,7 +819,7 @@ async fn follow_rounds(
     }
 
     print_summary(&rounds);
-    let checked = check(data, args, first, &rounds).await?;
+    let checked = check(db, args, times, &rounds).await?;
     Ok(ok && checked)
 }
 
@@ -838,12 +835,11 @@ struct Killed {
 async fn follow_leader(
     args: &Args,
     url: &str,
-    data: &redis::aio::MultiplexedConnection,
-    first: u64,
+    db: &Db,
+    times: &[u64],
     mut reports: tokio::sync::mpsc::UnboundedReceiver<Report>,
     mut children: Vec<(u32, tokio::process::Child)>,
 ) -> Result<bool, Box<dyn std::error::Error>> {
-    let every = args.every;
     let lease_ms = args.lease_ms;
     // The coordinator's own client, only to ask who leads.
     let observer = LockClient::builder_from_spec(url)
@@ -872,7 +868,7 @@ async fn follow_leader(
         })
     };
     let deadline = tokio::time::Instant::now()
-        + Duration::from_secs(every * u64::from(args.rounds) + 30)
+        + until_after(times, Duration::from_secs(30))
         + Duration::from_millis(lease_ms);
     loop {
         let report = tokio::select! {
@@ -945,7 +941,7 @@ async fn follow_leader(
                 ..
             }) => {}
             Report::Round(event) => {
-                let at_ms = (first + u64::from(event.round - 1) * every) * 1000;
+                let at_ms = times[event.round as usize - 1] * 1000;
                 print_leader_round(&event, elected.get(&event.worker).copied(), at_ms);
                 let round = event.round;
                 let drew = matches!(event.outcome, Outcome::Drew { .. });
@@ -1029,7 +1025,7 @@ async fn follow_leader(
             if idle.len() == 1 { "was" } else { "were" }
         );
     }
-    let checked = check(data, args, first, &rounds).await?;
+    let checked = check(db, args, times, &rounds).await?;
     Ok(ok && checked)
 }
 
@@ -1163,55 +1159,51 @@ fn print_summary(rounds: &BTreeMap<u32, Vec<Event>>) {
     println!();
 }
 
-/// Reads every round's record back from Redis: exactly one draw each.
+/// Reads every round's draws back from the database: exactly one each.
 async fn check(
-    data: &redis::aio::MultiplexedConnection,
+    db: &Db,
     args: &Args,
-    first: u64,
+    times: &[u64],
     rounds: &BTreeMap<u32, Vec<Event>>,
-) -> Result<bool, redis::RedisError> {
-    let mut redis = data.clone();
+) -> Result<bool, rusqlite::Error> {
     let mut failures = Vec::new();
-    for round in 1..=args.rounds {
-        let date = utc(first + u64::from(round - 1) * args.every);
-        let record: BTreeMap<String, String> = redis.hgetall(record_key(&date)).await?;
-        let draws: u64 = record
-            .get("draws")
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0);
+    for (round, at) in (1..).zip(times) {
+        let date = utc(*at);
+        let draws = db.draws(&date).await?;
         let reported = rounds.get(&round).and_then(|reports| {
             reports.iter().find_map(|e| match &e.outcome {
                 Outcome::Drew { token, .. } => Some((e.worker.to_string(), token.clone())),
                 _ => None,
             })
         });
-        match draws {
-            0 => failures.push(format!("round {round} ({date}) was never drawn")),
-            1 => {
-                let recorded = (
-                    record.get("worker").cloned().unwrap_or_default(),
-                    record.get("token").cloned().unwrap_or_default(),
-                );
+        match draws.as_slice() {
+            [] => failures.push(format!("round {round} ({date}) was never drawn")),
+            [(worker, token)] => {
+                let recorded = (worker.to_string(), token.to_string());
                 // `None`: a worker that joined by hand (not one of ours) drew it.
                 if reported
                     .as_ref()
                     .is_some_and(|reported| *reported != recorded)
                 {
                     failures.push(format!(
-                        "round {round}: Redis says worker {} with token {}, the workers said {:?}",
+                        "round {round}: the database says worker {} with token {}, the workers said {:?}",
                         recorded.0, recorded.1, reported
                     ));
                 }
             }
-            n => failures.push(format!(
-                "round {round} ({date}) was drawn {n} times, by worker@token {}",
-                record.get("drawers").map(String::as_str).unwrap_or("?")
+            many => failures.push(format!(
+                "round {round} ({date}) was drawn {} times, by worker@token {}",
+                many.len(),
+                many.iter()
+                    .map(|(worker, token)| format!("{worker}@{token}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
             )),
         }
     }
     if failures.is_empty() {
         println!(
-            "exactly-once check passed: {} rounds, {} draws in Redis, one per round",
+            "exactly-once check passed: {} rounds, {} draws in the database, one per round",
             args.rounds, args.rounds
         );
         Ok(true)
@@ -1234,26 +1226,10 @@ async fn check(
 // Shared helpers
 // ---------------------------------------------------------------------------------------
 
-/// The data lives on the first server of `REDLOCK_URL` (with RedLock, the locks span
-/// all of them; the data is the application's business, here simply the first one).
-fn first_url(url: &str) -> String {
-    url.split(',')
-        .map(str::trim)
-        .find(|u| !u.is_empty())
-        .unwrap_or(redlock_runtime::DEFAULT_URL)
-        .to_owned()
-}
-
-async fn data_connection() -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
-    let url = std::env::var("REDLOCK_URL").unwrap_or_else(|_| redlock_runtime::DEFAULT_URL.into());
-    redis::Client::open(first_url(&url))?
-        .get_multiplexed_async_connection()
-        .await
-}
-
-async fn seed_users(redis: &redis::aio::MultiplexedConnection) -> Result<(), redis::RedisError> {
-    let users: Vec<u32> = (1..=USERS).collect();
-    redis.clone().sadd(USERS_KEY, users).await
+/// From now until `margin` after the last of `times` (Unix seconds).
+fn until_after(times: &[u64], margin: Duration) -> Duration {
+    let last = times.last().copied().unwrap_or(0);
+    Duration::from_secs(last.saturating_sub(unix_now())) + margin
 }
 
 fn unix_now_duration() -> Duration {
@@ -1273,11 +1249,6 @@ fn clock_ms(ms: u64) -> String {
 
 fn unix_now() -> u64 {
     unix_now_duration().as_secs()
-}
-
-/// The first whole multiple of `every` seconds strictly after `now`.
-fn next_multiple(now: u64, every: u64) -> u64 {
-    (now / every + 1) * every
 }
 
 async fn sleep_until_unix(at: Duration) {

@@ -93,9 +93,10 @@ pub async fn run(args: Args) -> ExitCode {
         .await;
     // Nothing is served any more, and every request has returned (releasing its
     // lock). What the client may still hold — a release a dropped request spawned —
-    // is to be released before the process exits: issue 24's `LockClient::shutdown`
-    // does that; at merge, `client.shutdown().await` replaces this `drop`.
-    drop(client);
+    // is released before the process exits, and nothing new is taken.
+    if let Err(error) = client.shutdown().await {
+        eprintln!("instance {}: releasing at shutdown: {error}", args.name);
+    }
     match served {
         Ok(()) => {
             println!("stopped taking requests, finished the ones under way, released its locks");

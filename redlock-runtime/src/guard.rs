@@ -115,7 +115,9 @@ impl LockGuard {
 
     /// The fencing token of this acquisition: larger than that of every earlier
     /// acquisition of the same key. Pass it with each write the lock protects, and have
-    /// the storage reject a write carrying a smaller token than one it has seen.
+    /// the storage reject a write carrying a smaller token than one it has seen. For a
+    /// resource in Redis, [`FencedKey::write`](crate::FencedKey::write) does the
+    /// refusing; for SQL, see the crate docs' "Fencing a database".
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }

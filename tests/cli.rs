@@ -572,7 +572,11 @@ async fn watch_follows_the_holder_until_interrupted() {
 async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
     let server = RedisServer::start();
     let client = billing(&server).await;
-    let other = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::builder(&server.url())
+        .name("nightly-report")
+        .connect()
+        .await
+        .unwrap();
     let share = |request: redlock_runtime::LockRequest| async move {
         request
             .lease(Duration::from_secs(60))
@@ -591,11 +595,22 @@ async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
     let shares_of = |stdout: &str, what: &str| {
         stdout
             .lines()
-            .filter(|line| {
-                line.trim_start()
-                    .starts_with(&format!("{what} held by client "))
-            })
+            .filter(|line| line.trim_start().starts_with(&format!("{what} held by ")))
             .count()
+    };
+    // Each share's line names its client and gives its guard's token.
+    let assert_named = |stdout: &str, what: &str, guards: &[redlock_runtime::LockGuard]| {
+        for (name, guard) in [HOLDER, "nightly-report"].into_iter().zip(guards) {
+            let token = guard.fencing_token();
+            assert!(
+                stdout.lines().any(|line| {
+                    let line = line.trim_start();
+                    line.starts_with(&format!("{what} held by {name} (client "))
+                        && line.contains(&format!("), token {token}, ttl "))
+                }),
+                "{name}'s {what} with token {token}: {stdout}"
+            );
+        }
     };
 
     // Not "free": the readers, each on its own line under the key's row.
@@ -611,6 +626,7 @@ async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
         .collect();
     assert_eq!(row[..3], ["doc:7", "2", "readers"], "{inspected:?}");
     assert_eq!(shares_of(&inspected.stdout, "reader"), 2, "{inspected:?}");
+    assert_named(&inspected.stdout, "reader", &readers);
 
     let json = run_on(&server, &["inspect", "doc:7", "--json"]).await;
     let object: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
@@ -622,6 +638,20 @@ async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
         assert!(ttl > 0 && ttl <= 60_000, "{object}");
         assert_eq!(share["client_id"].as_str().unwrap().len(), 32, "{object}");
     }
+    let mut named: Vec<(String, u64)> = shares
+        .iter()
+        .map(|share| {
+            let name = share["name"].as_str().expect("a name").to_owned();
+            (name, share["fencing_token"].as_u64().expect("a token"))
+        })
+        .collect();
+    named.sort();
+    let mut expected = vec![
+        (HOLDER.to_owned(), readers[0].fencing_token()),
+        ("nightly-report".to_owned(), readers[1].fencing_token()),
+    ];
+    expected.sort();
+    assert_eq!(named, expected, "{object}");
 
     let listed = run_on(&server, &["list"]).await;
     assert_eq!(listed.code, Some(0), "{listed:?}");
@@ -629,6 +659,8 @@ async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
     assert!(listed.stdout.contains("2 of 3 permits"), "{listed:?}");
     assert_eq!(shares_of(&listed.stdout, "permit"), 2, "{listed:?}");
     assert_eq!(shares_of(&listed.stdout, "reader"), 2, "{listed:?}");
+    assert_named(&listed.stdout, "permit", &permits);
+    assert_named(&listed.stdout, "reader", &readers);
     let json = run_on(&server, &["list", "--json"]).await;
     let rows: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
     let semaphore = rows
@@ -642,15 +674,27 @@ async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
     assert_eq!(semaphore["shares"].as_array().unwrap().len(), 2, "{rows}");
 
     // A forced unlock evicts every share; their holders find out at their release.
-    for (key, evicted) in [("doc:7", "2 readers"), ("partner-api", "2 of 3 permits")] {
+    for (key, evicted, guards) in [
+        ("doc:7", "2 readers", &readers),
+        ("partner-api", "2 of 3 permits", &permits),
+    ] {
         let forced = run_on(&server, &["unlock", key, "--force"]).await;
         assert_eq!(forced.code, Some(0), "{forced:?}");
         assert!(
             forced
                 .stdout
-                .starts_with(&format!("freed {key}: evicted {evicted} (client ")),
+                .starts_with(&format!("freed {key}: evicted {evicted} (")),
             "{forced:?}"
         );
+        // Each evicted share by name, client and token.
+        for (name, guard) in [HOLDER, "nightly-report"].into_iter().zip(guards) {
+            let token = guard.fencing_token();
+            assert!(
+                forced.stdout.contains(&format!("{name} (client "))
+                    && forced.stdout.contains(&format!("), token {token}, ttl ")),
+                "{name}'s share with token {token}: {forced:?}"
+            );
+        }
         assert_eq!(client.inspect(key).await.unwrap(), None);
     }
     for guard in readers.into_iter().chain(permits) {

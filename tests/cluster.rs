@@ -577,13 +577,69 @@ async fn lock_names_shaped_like_companion_keys_are_refused() {
 #[tokio::test]
 async fn readers_and_permits_on_a_cluster_are_shown_and_evicted() {
     let cluster = RedisCluster::start(3);
-    let holder = cluster_client(&cluster).await;
+    let named_client = |name: &'static str| {
+        LockClient::builder_for(cluster.urls())
+            .cluster()
+            .name(name)
+            .connect()
+    };
+    let (a, b) = (
+        named_client("reader-a").await.unwrap(),
+        named_client("reader-b").await.unwrap(),
+    );
     let operator = cluster_client(&cluster).await;
+    // The keys of `key`'s slot that name it: the lock and its companions.
+    let left_of = |key: &str| -> Vec<String> {
+        let node = cluster.master_of(key).expect("a master serves the key");
+        let mut left: Vec<String> = cluster
+            .keys_in_slot(node, cluster.slot_of(key))
+            .into_iter()
+            .filter(|left| left.ends_with(&format!(":{key}")) || left == key)
+            .collect();
+        left.sort();
+        left
+    };
+    let named = |info: &redlock_runtime::LockInfo| {
+        let mut named: Vec<(String, u64)> = info
+            .shares()
+            .iter()
+            .map(|s| (s.name().to_owned(), s.fencing_token()))
+            .collect();
+        named.sort();
+        named
+    };
+    // Released on a cluster: nothing named is left.
+    let released = [
+        a.read_lock("doc:released").acquire().await.unwrap(),
+        b.read_lock("doc:released").acquire().await.unwrap(),
+    ];
+    let info = operator
+        .inspect("doc:released")
+        .await
+        .unwrap()
+        .expect("held");
+    let expected = vec![
+        ("reader-a".to_owned(), released[0].fencing_token()),
+        ("reader-b".to_owned(), released[1].fencing_token()),
+    ];
+    assert_eq!(named(&info), expected, "{info:?}");
+    assert!(
+        left_of("doc:released")
+            .iter()
+            .any(|key| key.contains("redlock:names:")),
+        "{:?}",
+        left_of("doc:released")
+    );
+    for guard in released {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(left_of("doc:released"), Vec::<String>::new());
+
     let mut guards = Vec::new();
     for id in 0..4 {
         // Keys on different shards: each share lives in its key's slot.
         let (read, permits) = (format!("doc:{id}"), format!("api:{id}"));
-        for _ in 0..2 {
+        for holder in [&a, &b] {
             guards.push(
                 holder
                     .read_lock(&read)
@@ -608,6 +664,15 @@ async fn readers_and_permits_on_a_cluster_are_shown_and_evicted() {
             .expect("held by readers");
         assert_eq!(info.kind(), redlock_runtime::LockKind::Read);
         assert_eq!(info.shares().len(), 2, "{info:?}");
+        let held = &guards[guards.len() - 4..];
+        assert_eq!(
+            named(&info),
+            [
+                ("reader-a".to_owned(), held[0].fencing_token()),
+                ("reader-b".to_owned(), held[2].fencing_token()),
+            ],
+            "{info:?}"
+        );
         let info = operator
             .inspect(&permits)
             .await
@@ -618,6 +683,14 @@ async fn readers_and_permits_on_a_cluster_are_shown_and_evicted() {
             redlock_runtime::LockKind::Semaphore { permits: 3 }
         );
         assert_eq!(info.shares().len(), 2, "{info:?}");
+        assert_eq!(
+            named(&info),
+            [
+                ("reader-a".to_owned(), held[1].fencing_token()),
+                ("reader-b".to_owned(), held[3].fencing_token()),
+            ],
+            "{info:?}"
+        );
     }
     let listed = operator.locks("*").await.unwrap();
     assert_eq!(listed.len(), 8, "{listed:?}");
@@ -632,6 +705,10 @@ async fn readers_and_permits_on_a_cluster_are_shown_and_evicted() {
             info.key()
         );
         assert_eq!(operator.inspect(info.key()).await.unwrap(), None);
+        // Only the eviction marker is left of the key.
+        let left = left_of(info.key());
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].contains("redlock:forced:"), "{left:?}");
     }
     for guard in guards {
         assert!(guard.release().await.unwrap_err().is_lost());

@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -1193,6 +1194,107 @@ async fn renewing_client(server: &RedisServer, name: &str) -> LockClient {
         .unwrap()
 }
 
+/// The keys left on `server`, sorted.
+async fn keys_left(server: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = raw(server).await.keys("*").await.unwrap();
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_share_name_is_left_once_no_share_is_held() {
+    let server = RedisServer::start();
+    let a = renewing_client(&server, "reader-a").await;
+    let b = renewing_client(&server, "reader-b").await;
+    let short = client(&server).await;
+    let names = |key: &str| format!("redlock:names:{key}");
+    let named = |info: Option<LockInfo>| -> Vec<String> {
+        let info = info.expect("held in shares");
+        info.shares().iter().map(|s| s.name().to_owned()).collect()
+    };
+
+    // Released: each release takes its share's name along, the last one the rest.
+    let first = a.read_lock("doc:1").acquire().await.unwrap();
+    let second = b.read_lock("doc:1").acquire().await.unwrap();
+    first.release().await.unwrap();
+    let left: HashMap<String, String> = raw(&server).await.hgetall(names("doc:1")).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(named(b.inspect("doc:1").await.unwrap()), ["reader-b"]);
+    second.release().await.unwrap();
+    assert_eq!(keys_left(&server).await, ["redlock:fence"]);
+
+    // A reader that dies (a 400 ms lease, never released): its name goes with its
+    // share at its lease's end, while a live reader's watchdog renews its own.
+    let dead = short
+        .read_lock("doc:2")
+        .lease(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(dead);
+    let live = b.read_lock("doc:2").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(named(b.inspect("doc:2").await.unwrap()), ["reader-b"]);
+    let left: i64 = raw(&server).await.hlen(names("doc:2")).await.unwrap();
+    assert_eq!(left, 1, "the dead reader's name is left");
+    live.release().await.unwrap();
+    // And alone: everything expires with its lease.
+    let dead = short
+        .semaphore("api", 2)
+        .lease(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(dead);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(keys_left(&server).await, ["redlock:fence"]);
+
+    // Kept for its minimum hold: shown with its name until that ends, then gone.
+    let kept = a
+        .semaphore("jobs", 1)
+        .lease(Duration::from_secs(10))
+        .hold_at_least(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap();
+    let token = kept.fencing_token();
+    kept.release().await.unwrap();
+    let info = b.inspect("jobs").await.unwrap().expect("kept");
+    let share = &info.shares()[0];
+    assert!(share.is_kept());
+    assert_eq!((share.name(), share.fencing_token()), ("reader-a", token));
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(keys_left(&server).await, ["redlock:fence"]);
+
+    // Force-unlocked: only the eviction markers stay, with the leases they evicted.
+    let reader = a.read_lock("doc:3").acquire().await.unwrap();
+    let permit = b.semaphore("api", 2).acquire().await.unwrap();
+    assert!(short.force_unlock("doc:3").await.unwrap());
+    assert!(short.force_unlock("api").await.unwrap());
+    assert_eq!(
+        keys_left(&server).await,
+        [
+            "redlock:fence",
+            "redlock:forced:api",
+            "redlock:forced:doc:3"
+        ]
+    );
+    for guard in [reader, permit] {
+        tokio::time::timeout(Duration::from_millis(2500), guard.lost())
+            .await
+            .expect("an evicted share did not learn it was lost");
+        assert!(guard.release().await.unwrap_err().is_lost());
+    }
+    assert_eq!(
+        keys_left(&server).await,
+        [
+            "redlock:fence",
+            "redlock:forced:api",
+            "redlock:forced:doc:3"
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_and_permit_holders_are_shown_and_force_unlock_evicts_them() {
     use redlock_runtime::LockKind;
@@ -1245,6 +1347,31 @@ async fn readers_and_permit_holders_are_shown_and_force_unlock_evicts_them() {
         ids
     };
     assert_eq!(ids(&read), ids(&semaphore));
+    // Each share with its client's name and its guard's fencing token.
+    let named = |info: &LockInfo| {
+        let mut named: Vec<(String, u64)> = info
+            .shares()
+            .iter()
+            .map(|s| (s.name().to_owned(), s.fencing_token()))
+            .collect();
+        named.sort();
+        named
+    };
+    assert_eq!(
+        named(&read),
+        [
+            ("reader-a".to_owned(), readers[0].fencing_token()),
+            ("reader-b".to_owned(), readers[1].fencing_token()),
+        ]
+    );
+    assert_eq!(
+        named(&semaphore),
+        [
+            ("reader-a".to_owned(), permits[0].fencing_token()),
+            ("reader-b".to_owned(), permits[1].fencing_token()),
+        ]
+    );
+    assert!(readers[0].fencing_token() > 0 && permits[1].fencing_token() > 0);
     let listed = operator.locks("*").await.unwrap();
     assert_eq!(keys_of(&listed), ["doc:7", "partner-api"]);
     assert_eq!(listed[0].shares().len(), 2);
@@ -1258,7 +1385,11 @@ async fn readers_and_permit_holders_are_shown_and_force_unlock_evicts_them() {
         .await
         .unwrap()
         .expect("evicted");
-    assert_eq!(evicted.shares().len(), 2);
+    assert_eq!(
+        named(&evicted),
+        named(&semaphore),
+        "what was evicted, named"
+    );
     let unlocked_at = Instant::now();
     assert_eq!(operator.inspect("doc:7").await.unwrap(), None);
     assert_eq!(operator.inspect("partner-api").await.unwrap(), None);
@@ -1275,6 +1406,12 @@ async fn readers_and_permit_holders_are_shown_and_force_unlock_evicts_them() {
             .await
             .unwrap();
         assert_eq!(holders, 0, "{key}: shares left behind");
+        let names: i64 = raw(&server)
+            .await
+            .exists(format!("redlock:names:{key}"))
+            .await
+            .unwrap();
+        assert_eq!(names, 0, "{key}: share names left behind");
     }
     let writer = operator
         .write_lock("doc:7")

@@ -152,6 +152,12 @@ impl Connection {
         self.companion(scripts::HOLDERS_PREFIX, key)
     }
 
+    /// The share names of `key` when it is held in shares (see `scripts::NAMES_PREFIX`),
+    /// in its slot. It exists only while a share does.
+    pub(crate) fn names_key(&self, key: &str) -> String {
+        self.companion(scripts::NAMES_PREFIX, key)
+    }
+
     /// The eviction marker of `key` (see `scripts::FORCE_UNLOCK`), in its slot.
     pub(crate) fn forced_key(&self, key: &str) -> String {
         self.companion(scripts::FORCED_PREFIX, key)

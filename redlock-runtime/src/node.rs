@@ -311,9 +311,13 @@ impl Node {
             .key(expiries)
             .key(self.connection.holders_key(key))
             .key(self.connection.fence_key(key).as_ref());
-        if request.previous_owner.is_some() {
+        if request.previous_owner.is_some() || self.connection.is_cluster() {
             // Where a hand-off leaves its evidence.
             script.key(self.connection.forced_key(key));
+        }
+        if self.connection.is_cluster() {
+            // Every key declared on a cluster (see `scripts::ACQUIRE`).
+            script.key(self.connection.names_key(key));
         }
         script
             .arg(request.owner)
@@ -393,12 +397,14 @@ impl Node {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
             let holders = self.connection.holders_key(key);
+            let names = self.connection.names_key(key);
             async move {
                 let reply: SeenReply = scripts::INSPECT
                     .key(key)
                     .key(waitlist)
                     .key(expiries)
                     .key(holders)
+                    .key(names)
                     .invoke_async(&mut connection)
                     .await?;
                 Ok(parse_seen(reply))
@@ -418,6 +424,7 @@ impl Node {
             let publish = self.connection.publish_command();
             let reservation_ms = self.waitlist.reservation_ms;
             let holders = self.connection.holders_key(key);
+            let names = self.connection.names_key(key);
             async move {
                 let reply: SeenReply = scripts::FORCE_UNLOCK
                     .key(key)
@@ -425,6 +432,7 @@ impl Node {
                     .key(expiries)
                     .key(forced)
                     .key(holders)
+                    .key(names)
                     .arg("")
                     .arg("")
                     .arg(channel)
@@ -683,7 +691,8 @@ async fn release_on(
             .key(waitlist)
             .key(expiries)
             .key(forced)
-            .key(connection.holders_key(key));
+            .key(connection.holders_key(key))
+            .key(connection.names_key(key));
     } else {
         script.key(connection.waitlist_key(key));
     }
@@ -817,13 +826,24 @@ pub(crate) struct Seen {
 pub(crate) struct Shares {
     /// 0 for a read lock, N for a semaphore of N permits.
     pub(crate) limit: u32,
-    /// Each live share's owner token (`kept:` first when kept for `hold_at_least`)
-    /// and remaining lease, by the end of that lease.
-    pub(crate) holders: Vec<(String, Duration)>,
+    /// Each live share, by the end of its lease.
+    pub(crate) holders: Vec<Holder>,
+}
+
+/// One live share of a key held in shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// Its owner token (`kept:` first when kept for `hold_at_least`).
+    pub(crate) owner: String,
+    /// Its remaining lease.
+    pub(crate) ttl: Duration,
+    /// Its fencing token and its client's name; `None` for a share an older redlock
+    /// took (it recorded neither).
+    pub(crate) named: Option<(u64, String)>,
 }
 
 /// What `INSPECT` and `FORCE_UNLOCK` answer: `{value, pttl, now ms, waiting, shares}`.
-type SeenReply = Option<(Vec<u8>, i64, u64, i64, Vec<(Vec<u8>, i64)>)>;
+type SeenReply = Option<(Vec<u8>, i64, u64, i64, Vec<(Vec<u8>, i64, Vec<u8>)>)>;
 
 /// The parts of a lock's value: owner token (with `kept:` when kept for
 /// `hold_at_least`), fencing token, since when (server ms), name; `None` for a value
@@ -892,9 +912,13 @@ fn parse_seen(reply: SeenReply) -> Option<Seen> {
     if let Some(limit) = value.strip_prefix("shared:") {
         let holders = shares
             .into_iter()
-            .map(|(owner, left)| {
-                let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-                (String::from_utf8_lossy(&owner).into_owned(), left)
+            .map(|(owner, left, named)| Holder {
+                owner: String::from_utf8_lossy(&owner).into_owned(),
+                ttl: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+                // `<fencing token> <client name>` (see `scripts::NAMES_PREFIX`).
+                named: String::from_utf8_lossy(&named)
+                    .split_once(' ')
+                    .and_then(|(token, name)| Some((token.parse().ok()?, name.to_owned()))),
             })
             .collect();
         return Some(Seen {
@@ -1059,16 +1083,29 @@ mod tests {
         assert!(parse_seen(None).is_none());
         // A key held in shares: each share's owner and remaining lease.
         let shares = vec![
-            (format!("{owner}1").into_bytes(), 800),
-            (b"kept:x".to_vec(), 900),
+            (
+                format!("{owner}1").into_bytes(),
+                800,
+                b"12 reader a".to_vec(),
+            ),
+            (b"kept:x".to_vec(), 900, Vec::new()),
         ];
         let seen = parse_seen(Some((b"shared:3".to_vec(), 900, 5, 1, shares))).expect("shares");
         assert_eq!(seen.owner, "shared:3");
         let shares = seen.shares.expect("shares");
         assert_eq!(shares.limit, 3);
         assert_eq!(
+            shares.holders[0].named,
+            Some((12, "reader a".to_owned())),
+            "the token and the whole name"
+        );
+        assert_eq!(
             shares.holders[1],
-            ("kept:x".into(), Duration::from_millis(900))
+            Holder {
+                owner: "kept:x".into(),
+                ttl: Duration::from_millis(900),
+                named: None,
+            }
         );
         assert!(parse_seen(Some((b"shared:x".to_vec(), 900, 5, 1, vec![]))).is_none());
     }

@@ -3,7 +3,7 @@
 //! from code and (through the `redlock` command) from a terminal.
 //!
 //! Everything is read from the lock itself (see `scripts` on the lock's value), its
-//! waitlist and, for a key held in shares, its holders: no side keys, nothing that
+//! waitlist and, for a key held in shares, its holders and their names: nothing that
 //! outlives a lock. With RedLock a lock
 //! is what a majority of masters agree on.
 
@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::limits::check_key;
-use crate::node::{Seen, Shares};
+use crate::node::{Holder, OLDER_HOLDER, Seen, Shares};
 
 /// A held lock, as `LockClient::inspect` and `LockClient::locks` see it: held whole
 /// (a plain or write lock: [`LockKind::Exclusive`]), or in shares (a read lock's
@@ -53,16 +53,30 @@ pub enum LockKind {
 #[non_exhaustive]
 pub struct Share {
     client_id: String,
+    name: String,
+    fencing_token: u64,
     ttl: Duration,
     kept: bool,
 }
 
 impl Share {
     /// The id of the `LockClient` holding it: the same for every share one client
-    /// (one process, usually) holds, different for every other. A share records no
-    /// client name, fencing token or start time.
+    /// (one process, usually) holds, different for every other.
     pub fn client_id(&self) -> &str {
         &self.client_id
+    }
+
+    /// The name of the client holding it (`LockClientBuilder::name`, as
+    /// [`LockInfo::holder`] shows for a lock held whole); for a share an older redlock
+    /// took, which recorded none, a placeholder saying so.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The fencing token its holder was given (its guard's `fencing_token`); 0 for a
+    /// share an older redlock took, which recorded none.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
     }
 
     /// How long its own lease has left (a watchdog renews it before it runs out).
@@ -87,13 +101,17 @@ impl LockInfo {
                 };
                 let shares = holders
                     .into_iter()
-                    .map(|(owner, ttl)| {
+                    .map(|Holder { owner, ttl, named }| {
                         let kept = owner.starts_with("kept:");
                         let owner = owner.strip_prefix("kept:").unwrap_or(&owner);
                         // The owner token is `<client id>:<counter>` (`Core::fresh_token`).
                         let client_id = owner.split_once(':').map_or(owner, |(id, _)| id);
+                        let (fencing_token, name) =
+                            named.unwrap_or_else(|| (0, OLDER_HOLDER.to_owned()));
                         Share {
                             client_id: client_id.to_owned(),
+                            name,
+                            fencing_token,
                             ttl,
                             kept,
                         }

@@ -392,6 +392,14 @@ fn companion_from(lock: &str, sibling: &str, sibling_prefix: &str, prefix: &str)
 /// each scored with the end of its own lease (server clock, ms).
 pub(crate) const HOLDERS_PREFIX: &str = "redlock:holders:";
 
+/// Prefix of a key's share names when it is held in shares: a hash from each share's
+/// owner token to `<fencing token> <client name>`, for `inspect` (see [`INSPECT`]). It
+/// is written, settled and deleted by the same scripts as the holders, expires with
+/// them and holds an entry for no share they lack, so nothing outlives the last share.
+/// The scripts derive it from the holders' name (see [`companion_from`]); on a cluster
+/// it is declared as well.
+pub(crate) const NAMES_PREFIX: &str = "redlock:names:";
+
 /// How often, at most, a writer waiting on readers attempts again, renewing its
 /// waitlist registration; the registration outlives each attempt by this plus the
 /// registration slack (see `node::WaitlistTimings`). So a writer whose process died
@@ -406,13 +414,29 @@ pub(crate) const WRITER_REFRESH_MS: u64 = 1_000;
 pub(crate) const READER_ID_PREFIX: &str = "r:";
 
 /// `settle_shares(lock, holders, ms)`: drops the shares of `holders` whose lease ended
-/// by `ms`, and gives `lock` and `holders` the lease of the longest remaining share;
-/// returns that lease in ms, or 0 when no share is left (then neither is touched). A
-/// dead holder's share ends with its own lease: a live holder's renewal never carries
-/// it along. Shared by the acquire, release and extend scripts.
-const SETTLE_SHARES_FN: &str = r#"
+/// by `ms` (and their names: see [`NAMES_PREFIX`]), and gives `lock`, `holders` and
+/// the names the lease of the longest remaining share; returns that lease in ms, or 0
+/// when no share is left (then none is touched; no name is left either). A dead
+/// holder's share ends with its own lease: a live holder's renewal never carries it
+/// along. `share_names(lock, holders)`: the names' key. Shared by the acquire, release
+/// and extend scripts.
+static SETTLE_SHARES_FN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
+local function share_names(lock, holders)
+  return {names}
+end
 local function settle_shares(lock, holders, ms)
-  redis.call('ZREMRANGEBYSCORE', holders, '-inf', ms)
+  local names = share_names(lock, holders)
+  local ended = redis.call('ZRANGEBYSCORE', holders, '-inf', ms)
+  if #ended > 0 then
+    -- A share that ran out (its holder died) takes its name along.
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', ms)
+    for _, owner in ipairs(ended) do
+      if string.sub(owner, 1, 5) == 'kept:' then owner = string.sub(owner, 6) end
+      redis.call('HDEL', names, owner)
+    end
+  end
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if not last[2] then
     return 0
@@ -420,9 +444,13 @@ local function settle_shares(lock, holders, ms)
   local rest = math.max(1, tonumber(last[2]) - ms)
   redis.call('PEXPIRE', lock, rest)
   redis.call('PEXPIRE', holders, rest)
+  redis.call('PEXPIRE', names, rest)
   return rest
 end
-"#;
+"#,
+        names = companion_from("lock", "holders", HOLDERS_PREFIX, NAMES_PREFIX),
+    )
+});
 
 /// `server_ms()`: the server clock in ms.
 const SERVER_MS_FN: &str = r#"
@@ -434,13 +462,15 @@ end
 
 /// Acquires a share of a key: a read lock (limit 0) or a semaphore's permit (limit N).
 /// KEYS: lock, waitlist, waitlist expiries, holders, fence counter, and with a hand-off
-/// the eviction marker (see [`HANDED_MARK`]). ARGV: owner token,
+/// or on a cluster the eviction marker (see [`HANDED_MARK`]), and on a cluster the
+/// share names (see [`NAMES_PREFIX`]), declared for the same reason as `ACQUIRE`'s
+/// (elsewhere derived). ARGV: owner token,
 /// lease in ms, release channel, publish command, grace of a reservation (ms), this
 /// waiter's id (empty when not waiting; readers' ids start with `r:`), "1" if an
 /// earlier attempt may have registered it, how long a registration outlives the lease
 /// it waited on (ms), the owner token of a same-client holder handing its lock off (or
-/// empty), the limit, the client's name (unused: kept for `inspect`'s sake later), and
-/// with a hand-off how long its evidence lasts (ms).
+/// empty), the limit, the client's name (written with the share's fencing token into
+/// the share names), and with a hand-off how long its evidence lasts (ms).
 ///
 /// The key holds `shared:<limit>` for as long as the longest share lasts; each share
 /// is an entry of the holders set scored with its own lease's end. The exclusive
@@ -467,7 +497,7 @@ pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
-{SETTLE_SHARES_FN}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
+{settle_shares}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
 local ms = server_ms()
 local limit = tonumber(ARGV[10])
 local handed_off = 0
@@ -503,7 +533,7 @@ if not busy_for then
     -- hold `shared:` has no live share (a release that reserves it for the next in
     -- line has ended the last one), even when a write lock came and went in between
     -- and the key now comes to this reader through a reservation.
-    redis.call('DEL', KEYS[4])
+    redis.call('DEL', KEYS[4], share_names(KEYS[1], KEYS[4]))
   end
   rest = settle_shares(KEYS[1], KEYS[4], ms)
   if not value or rest == 0 then
@@ -569,8 +599,14 @@ if ARGV[6] ~= '' and (ARGV[7] == '1' or reserved) then
 end
 {token}
 redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
+-- Who holds the share, with which token: read by `inspect`.
+redis.call('HSET', share_names(KEYS[1], KEYS[4]), ARGV[1], clock .. ' ' .. ARGV[11])
 redis.call('SET', KEYS[1], 'shared:' .. ARGV[10])
-settle_shares(KEYS[1], KEYS[4], ms)
+-- Settled above: the key lasts as long as the longest share, this one included.
+local lasts = math.max(rest, tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], lasts)
+redis.call('PEXPIRE', KEYS[4], lasts)
+redis.call('PEXPIRE', share_names(KEYS[1], KEYS[4]), lasts)
 if reserved or handed_off == 1 then
   -- The key was reserved for this reader, or handed to it by a writer of its client:
   -- the readers waiting elsewhere may join now.
@@ -583,6 +619,7 @@ return {{1, token, handed_off, 0}}
         evidence = leave_evidence("KEYS[6]", "ARGV[9]", "ARGV[12]"),
         mark_contended = mark_contended("KEYS[1]", "value"),
         writer = is_writer("id"),
+        settle_shares = &*SETTLE_SHARES_FN,
     ))
 });
 
@@ -601,7 +638,10 @@ local function release_share(value)
   redis.call('ZREM', KEYS[5], ARGV[1])
   local kept = tonumber(ARGV[2]) > 0
   if kept then
+    -- Its name stays, for the kept share (settled as `kept:<owner>`).
     redis.call('ZADD', KEYS[5], ms + tonumber(ARGV[2]), 'kept:' .. ARGV[1])
+  else
+    redis.call('HDEL', share_names(KEYS[1], KEYS[5]), ARGV[1])
   end
   local rest = settle_shares(KEYS[1], KEYS[5], ms)
   if rest > 0 then
@@ -616,7 +656,7 @@ local function release_share(value)
     if kept then return 2 end
     return 1
   end
-  redis.call('DEL', KEYS[5])
+  redis.call('DEL', KEYS[5], share_names(KEYS[1], KEYS[5]))
   free_for_next()
   return 1
 end
@@ -627,7 +667,7 @@ end
 /// [`companion_of`]) the waitlist's expiries, the eviction marker and the holders (of a
 /// key held in shares), as KEYS[3..5] of a local `KEYS`: the layout the shared
 /// functions read. On a cluster those three are declared instead (see `ACQUIRE` for
-/// why). ARGV: owner
+/// why), and the share names (see [`NAMES_PREFIX`]) as KEYS[6]. ARGV: owner
 /// token, ms to keep the key (0: release it), grace of a
 /// reservation (ms), publish command (PUBLISH, or SPUBLISH on a cluster), and "1" to
 /// publish every release (RedLock: see `Node`), else nothing.
@@ -659,7 +699,7 @@ local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
 local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
 {FREE_FOR_NEXT_FN}
 if not ours then
-  {gone}{SERVER_MS_FN}{SETTLE_SHARES_FN}{RELEASE_SHARE_FN}
+  {gone}{SERVER_MS_FN}{settle_shares}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
   end
@@ -679,6 +719,7 @@ return 1
         forced = companion_of("KEYS[1]", "KEYS[2]", FORCED_PREFIX),
         holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
         gone = &*GONE,
+        settle_shares = &*SETTLE_SHARES_FN,
     ))
 });
 
@@ -793,7 +834,7 @@ if {ours} then
 end
 -- Defined only off the common path: each definition costs every run that makes it.
 local forced = KEYS[2] or ARGV[5]
-{gone}{SERVER_MS_FN}{SETTLE_SHARES_FN}
+{gone}{SERVER_MS_FN}{settle_shares}
 if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   local holders = {holders}
   local ms = server_ms()
@@ -819,27 +860,29 @@ return gone(forced, ARGV[1])
         channel = companion_from("KEYS[1]", "forced", FORCED_PREFIX, RELEASE_CHANNEL_PREFIX),
         holders = companion_from("KEYS[1]", "forced", FORCED_PREFIX, HOLDERS_PREFIX),
         gone = &*GONE,
+        settle_shares = &*SETTLE_SHARES_FN,
     ))
 });
 
-/// KEYS: lock, waitlist, waitlist expiries, holders (of a key held in shares). Returns
-/// `{value, pttl, now ms, waiting, shares}` when the key holds a lock (one of ours,
+/// KEYS: lock, waitlist, waitlist expiries, holders and share names (of a key held in
+/// shares). Returns `{value, pttl, now ms, waiting, shares}` when the key holds a lock (one of ours,
 /// held or kept, or shares of it), else nil: a free key, a reservation for the next
 /// waiter (it is being taken), and an application's key of any other type or shape
 /// are not locks. `waiting`: the waitlist's live entries; `shares`: for a key held in
-/// shares, each live share's owner token and remaining lease (ms), flat; else empty.
+/// shares, each live share's owner token, remaining lease (ms) and `<fencing token>
+/// <client name>` (empty for a share an older redlock took), flat; else empty.
 pub(crate) static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 {seen}
-return seen() or shares_seen(KEYS[4])
+return seen() or shares_seen(KEYS[4], KEYS[5])
 "#,
         seen = &*SEEN
     ))
 });
 
-/// KEYS: lock, waitlist, waitlist expiries, eviction marker, holders (of a key held in
-/// shares). ARGV: (unused), (unused), release channel, publish command, grace of a
+/// KEYS: lock, waitlist, waitlist expiries, eviction marker, holders and share names
+/// (of a key held in shares). ARGV: (unused), (unused), release channel, publish command, grace of a
 /// reservation (ms). Frees a lock whoever holds it — every share of a key held in
 /// shares — as its release would (the waitlist's head gets the reservation, every
 /// waiter the news), and returns what it evicted as `INSPECT` would have seen it; nil
@@ -865,10 +908,10 @@ if evicted then
   free_for_next()
   return evicted
 end
-evicted = shares_seen(KEYS[5])
+evicted = shares_seen(KEYS[5], KEYS[6])
 if evicted then
   local owners = {{}}
-  for i = 1, #evicted[5], 2 do
+  for i = 1, #evicted[5], 3 do
     if string.sub(evicted[5][i], 1, 5) ~= 'kept:' then
       owners[#owners + 1] = evicted[5][i]
     end
@@ -876,7 +919,7 @@ if evicted then
   if #owners > 0 then
     redis.call('SET', KEYS[4], table.concat(owners, ' '), 'PX', math.max(1, evicted[2]))
   end
-  redis.call('DEL', KEYS[5])
+  redis.call('DEL', KEYS[5], KEYS[6])
   free_for_next()
 end
 return evicted
@@ -887,9 +930,9 @@ return evicted
 
 /// `seen()`: the lock on KEYS[1] as `{value, pttl, now ms, waiting, {}}` (waiting: the
 /// live entries of the waitlist KEYS[2]/KEYS[3]), or false when it holds no lock held
-/// whole; `shares_seen(holders)`: the same for a key held in shares (`shared:<limit>`),
-/// its last element each live share of `holders` (owner token, remaining lease in ms,
-/// flat), or false; brings `free_for_next` along for the script that frees it.
+/// whole; `shares_seen(holders, names)`: the same for a key held in shares
+/// (`shared:<limit>`), its last element each live share of `holders` (owner token,
+/// remaining lease in ms, its entry in `names` or empty; flat), or false; brings `free_for_next` along for the script that frees it.
 static SEEN: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
@@ -913,7 +956,7 @@ local function seen()
   local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf'), {{}}}}
 end
-local function shares_seen(holders)
+local function shares_seen(holders, names)
   if redis.call('TYPE', KEYS[1])['ok'] ~= 'string' or redis.call('STRLEN', KEYS[1]) > 30 then
     return false
   end
@@ -929,10 +972,21 @@ local function shares_seen(holders)
   if #live == 0 then
     return false
   end
-  for i = 2, #live, 2 do
-    live[i] = math.floor(tonumber(live[i]) - ms)
+  local owners = {{}}
+  for i = 1, #live, 2 do
+    local owner = live[i]
+    if string.sub(owner, 1, 5) == 'kept:' then owner = string.sub(owner, 6) end
+    owners[#owners + 1] = owner
   end
-  return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf'), live}}
+  -- A share an older redlock took has no name: empty.
+  local named = redis.call('HMGET', names, unpack(owners))
+  local shares = {{}}
+  for i = 1, #owners do
+    shares[#shares + 1] = live[2 * i - 1]
+    shares[#shares + 1] = math.floor(tonumber(live[2 * i]) - ms)
+    shares[#shares + 1] = named[i] or ''
+  end
+  return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf'), shares}}
 end
 {FREE_FOR_NEXT_FN}
 "#

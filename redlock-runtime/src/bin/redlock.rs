@@ -193,12 +193,18 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Unlock { key, .. } => match client.evict(&key).await? {
             Some(evicted) if evicted.kind() != LockKind::Exclusive => {
-                // Each share: its client and the lease it had left.
+                // Each share: its client, its token and the lease it had left.
                 let shares: Vec<String> = evicted
                     .shares()
                     .iter()
                     .map(|share| {
-                        format!("client {}, ttl {}", share.client_id(), short(share.ttl()))
+                        format!(
+                            "{} (client {}), token {}, ttl {}",
+                            share.name(),
+                            share.client_id(),
+                            share.fencing_token(),
+                            short(share.ttl())
+                        )
                     })
                     .collect();
                 written(writeln!(
@@ -269,7 +275,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 }
                 let at = short(started.elapsed());
                 let line = match &info {
-                    // Shares record no token or start: their count, lease and waiters.
+                    // A key held in shares has no one token or start: the shares' count,
+                    // lease and waiters.
                     Some(info) if info.kind() != LockKind::Exclusive => format!(
                         "+{at} {key} held by {} (ttl {}, {} waiting)",
                         info.holder(),
@@ -317,6 +324,8 @@ fn to_json(info: &LockInfo) -> serde_json::Value {
             .iter()
             .map(|share| serde_json::json!({
                 "client_id": share.client_id(),
+                "name": share.name(),
+                "fencing_token": share.fencing_token(),
                 "ttl_ms": share.ttl().as_millis() as u64,
                 "kept": share.is_kept(),
             }))
@@ -389,8 +398,10 @@ fn write_table(out: &mut impl Write, locks: &[LockInfo]) -> std::io::Result<()> 
         for share in info.shares() {
             writeln!(
                 out,
-                "  {what} held by client {}, ttl {}{}",
+                "  {what} held by {} (client {}), token {}, ttl {}{}",
+                share.name(),
                 share.client_id(),
+                share.fencing_token(),
                 short(share.ttl()),
                 if share.is_kept() { " (kept)" } else { "" }
             )?;

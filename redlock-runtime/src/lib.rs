@@ -78,7 +78,8 @@
 //!   that the evicted holder can tell why its lock is gone, and a hand-off leaves
 //!   `handed:<owner>` there for three response timeouts and a second, so that a
 //!   release that did not hear its taker tells a lock handed off from one lost; a key held in shares has
-//!   `redlock:holders:<key>` beside it (see "The lock family"). The `redlock:`
+//!   `redlock:holders:<key>` and `redlock:names:<key>` beside it (see "The lock
+//!   family"). The `redlock:`
 //!   prefix is reserved: lock keys may not start with it.
 //! - **Redis needs** `maxmemory-policy noeviction` (checked at connect, with a warning).
 //!
@@ -98,9 +99,10 @@
 //!
 //! Each gives a [`LockGuard`] and takes the same `wait`, `lease` and `hold_at_least`.
 //! A key held in shares (readers, permits) holds `shared:<permits>` (0: a read lock)
-//! with the lease of its longest share, and `redlock:holders:<key>` the holders, each
-//! scored with its own lease's end; the scripts that release, extend and renew a lock
-//! do the same for a share. Read locks and semaphores need one server, Sentinel or
+//! with the lease of its longest share, `redlock:holders:<key>` the holders, each
+//! scored with its own lease's end, and `redlock:names:<key>` each share's fencing
+//! token and client name (for [`LockClient::inspect`]); both go with the last share.
+//! The scripts that release, extend and renew a lock do the same for a share. Read locks and semaphores need one server, Sentinel or
 //! Cluster (RedLock refuses them with [`LockError::InvalidOptions`]).
 //!
 //! ```no_run

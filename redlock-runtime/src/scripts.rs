@@ -538,6 +538,10 @@ if not busy_for then
   rest = settle_shares(KEYS[1], KEYS[4], ms)
   if not value or rest == 0 then
     -- Free (or every share ran out).
+    if value then
+      -- Names of shares whose holders were deleted by hand must not linger either.
+      redis.call('DEL', share_names(KEYS[1], KEYS[4]))
+    end
     value = false
   end
 end
@@ -840,6 +844,8 @@ if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   local ms = server_ms()
   local score = redis.call('ZSCORE', holders, ARGV[1])
   if score and tonumber(score) > ms then
+    -- The share names are read before any write (see above on a moving slot).
+    redis.call('EXISTS', share_names(KEYS[1], holders))
     local before = redis.call('PTTL', KEYS[1])
     local ends = ms + tonumber(ARGV[2])
     redis.call('ZADD', holders, 'XX', ends, ARGV[1])
@@ -978,8 +984,15 @@ local function shares_seen(holders, names)
     if string.sub(owner, 1, 5) == 'kept:' then owner = string.sub(owner, 6) end
     owners[#owners + 1] = owner
   end
-  -- A share an older redlock took has no name: empty.
-  local named = redis.call('HMGET', names, unpack(owners))
+  -- A share an older redlock took has no name: empty. (In parts: Lua's `unpack`
+  -- takes a few thousand values at most.)
+  local named = {{}}
+  for first = 1, #owners, 1000 do
+    local part = redis.call('HMGET', names, unpack(owners, first, math.min(first + 999, #owners)))
+    for i = 1, #part do
+      named[first + i - 1] = part[i]
+    end
+  end
   local shares = {{}}
   for i = 1, #owners do
     shares[#shares + 1] = live[2 * i - 1]

@@ -671,7 +671,7 @@ end
 /// [`companion_of`]) the waitlist's expiries, the eviction marker and the holders (of a
 /// key held in shares), as KEYS[3..5] of a local `KEYS`: the layout the shared
 /// functions read. On a cluster those three are declared instead (see `ACQUIRE` for
-/// why), and the share names (see [`NAMES_PREFIX`]) as KEYS[6]. ARGV: owner
+/// why), and the share names (see [`NAMES_PREFIX`]) as `KEYS[6]`. ARGV: owner
 /// token, ms to keep the key (0: release it), grace of a
 /// reservation (ms), publish command (PUBLISH, or SPUBLISH on a cluster), and "1" to
 /// publish every release (RedLock: see `Node`), else nothing.

@@ -257,19 +257,14 @@ async fn a_lease_shortened_by_extend_is_announced_to_waiters() {
             .acquire(),
     );
     until_someone_waits(&server, "shortened").await;
-    guard.extend(Duration::from_millis(300)).await.unwrap();
-    // The holder dies: nothing is released, the key expires with the 300 ms lease.
-    std::mem::forget(guard);
-    drop(holder);
-    let next = waiting
-        .await
-        .unwrap()
-        .expect("the waiter slept until its deadline on a key that had expired");
-    // Within seconds of the short lease's end, not at the 12 s deadline (nor at 30 s).
-    let took = started.elapsed();
-    println!("the waiter had the key {took:?} after it began to wait");
-    assert!(took < Duration::from_secs(6), "took {took:?}");
-    next.release().await.unwrap();
+    shorten_then_die(
+        guard,
+        Some(holder),
+        waiting,
+        started,
+        "the waiter slept until its deadline on a key that had expired",
+    )
+    .await;
 }
 
 /// The same through a reader's share: the writer waiting behind a read lock was told
@@ -293,17 +288,14 @@ async fn a_share_shortened_by_extend_is_announced_to_waiters() {
             .acquire(),
     );
     until_someone_waits(&server, "shortened-share").await;
-    share.extend(Duration::from_millis(300)).await.unwrap();
-    std::mem::forget(share);
-    drop(reader);
-    let next = waiting
-        .await
-        .unwrap()
-        .expect("the writer slept until its deadline on a key whose share had expired");
-    let took = started.elapsed();
-    println!("the waiter had the key {took:?} after it began to wait");
-    assert!(took < Duration::from_secs(6), "took {took:?}");
-    next.release().await.unwrap();
+    shorten_then_die(
+        share,
+        Some(reader),
+        waiting,
+        started,
+        "the writer slept until its deadline on a key whose share had expired",
+    )
+    .await;
 }
 
 /// And inside one client: a task in line for the client's turn behind a holder that
@@ -328,16 +320,14 @@ async fn a_lease_shortened_by_extend_wakes_the_same_clients_waiters() {
     );
     // In line for the turn, asleep on the holder's 30 s lease.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    guard.extend(Duration::from_millis(300)).await.unwrap();
-    std::mem::forget(guard);
-    let next = waiting
-        .await
-        .unwrap()
-        .expect("the same client's waiter slept on the lease read before the extend");
-    let took = started.elapsed();
-    println!("the waiter had the key {took:?} after it began to wait");
-    assert!(took < Duration::from_secs(6), "took {took:?}");
-    next.release().await.unwrap();
+    shorten_then_die(
+        guard,
+        None,
+        waiting,
+        started,
+        "the same client's waiter slept on the lease read before the extend",
+    )
+    .await;
 }
 
 /// With RedLock a waiter listens on every master, whichever its attempts marked
@@ -366,17 +356,14 @@ async fn a_lease_shortened_by_extend_is_announced_on_redlock_masters() {
     );
     // RedLock keeps no waitlist: give the waiter time to find the lock busy and listen.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    guard.extend(Duration::from_millis(300)).await.unwrap();
-    std::mem::forget(guard);
-    drop(holder);
-    let next = waiting
-        .await
-        .unwrap()
-        .expect("the waiter slept until its deadline on a key that had expired");
-    let took = started.elapsed();
-    println!("the waiter had the key {took:?} after it began to wait");
-    assert!(took < Duration::from_secs(6), "took {took:?}");
-    next.release().await.unwrap();
+    shorten_then_die(
+        guard,
+        Some(holder),
+        waiting,
+        started,
+        "the waiter slept until its deadline on a key that had expired",
+    )
+    .await;
 }
 
 /// A semaphore's waiter was told when the first permit's lease ends: a permit cut
@@ -401,13 +388,33 @@ async fn a_permit_shortened_by_extend_is_announced_to_waiters() {
     );
     // A semaphore keeps no waitlist: give the waiter time to find every permit taken.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    permit.extend(Duration::from_millis(300)).await.unwrap();
-    std::mem::forget(permit);
+    shorten_then_die(
+        permit,
+        Some(holder),
+        waiting,
+        started,
+        "the waiter slept until its deadline on a permit that had expired",
+    )
+    .await;
+}
+
+/// The tail every shortened-lease test shares: `guard`'s holder cuts its lease to
+/// 300 ms and dies (nothing is released; with `holder`, its client goes too), so the key
+/// expires with the short lease; the waiter must then have it within seconds of that
+/// end — not at its 12 s deadline, nor at the 30 s it was told.
+async fn shorten_then_die(
+    guard: redlock_runtime::LockGuard,
+    holder: Option<redlock_runtime::LockClient>,
+    waiting: tokio::task::JoinHandle<
+        Result<redlock_runtime::LockGuard, redlock_runtime::LockError>,
+    >,
+    started: std::time::Instant,
+    slept: &str,
+) {
+    guard.extend(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(guard);
     drop(holder);
-    let next = waiting
-        .await
-        .unwrap()
-        .expect("the waiter slept until its deadline on a permit that had expired");
+    let next = waiting.await.unwrap().expect(slept);
     let took = started.elapsed();
     println!("the waiter had the key {took:?} after it began to wait");
     assert!(took < Duration::from_secs(6), "took {took:?}");

@@ -255,20 +255,29 @@ impl Masters {
                 let quarantine_ms = Some(self.max_lease.as_millis() as u64);
                 let name = self.name.clone();
                 let sent = sent[index].clone();
-                FirstPolled::new(sent, async move {
-                    let request = AttemptRequest {
-                        key: &key,
-                        owner: &owner,
-                        lease_ms,
-                        previous_owner: None,
-                        waiter: None,
-                        quarantine_ms,
-                        name: &name,
-                        shares: None,
-                    };
-                    let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
-                    (index, reply.ok().and_then(Result::ok))
-                })
+                // Unconstrained: with the task's cooperative budget spent, the first poll
+                // could return Pending before the command reached the connection's
+                // queue, and a release sent later would then run on that master first,
+                // leaving this attempt's late grant behind (tests/releases.rs saw a 30 s
+                // lock left on one master after an acquire and release, once in a loaded
+                // full run).
+                FirstPolled::new(
+                    sent,
+                    tokio::task::unconstrained(async move {
+                        let request = AttemptRequest {
+                            key: &key,
+                            owner: &owner,
+                            lease_ms,
+                            previous_owner: None,
+                            waiter: None,
+                            quarantine_ms,
+                            name: &name,
+                            shares: None,
+                        };
+                        let reply = tokio::time::timeout(limit, node.acquire(&request)).await;
+                        (index, reply.ok().and_then(Result::ok))
+                    }),
+                )
             })
             .collect();
         let mut tally = Tally::new(self.nodes.len());

@@ -8,6 +8,14 @@
 # throughput scenarios also say where a cycle's time goes (Redis time by command and
 # script, client CPU, the remainder); the distinct-key scenario runs at 1, 4, 16 and 64
 # tasks, then again with a tracing subscriber at INFO (last: it cannot be removed).
+# The distributed scenario runs separate OS processes (the benchmark binary run again,
+# a client each) on one key, at 2, 16 and 48 processes, redlock then rslock, each
+# process taking the key 20 times and holding it about 1 ms; it reports utilisation,
+# the gap from one holder's release call to the next holder's acquire return (p50,
+# p99, in µs and PING round trips; also from the release's reply), wait p99, fairness
+# (longest / median total wait of a process), Redis commands per acquisition (INFO
+# total_commands_processed over the loops, scripts' calls included), client CPU per
+# acquisition summed over the processes' loops, and overlapping holds (violations).
 # scripts/profile.sh profiles the uncontended path.
 #
 #   scripts/bench.sh                   # the full run (about 75 s here)
@@ -19,6 +27,9 @@
 #                                      # benches/locks/main.rs); the plot needs handoff
 #   scripts/bench.sh --only distinct_keys,tracing_info
 #                                      # the task-count and tracing rows alone
+#   scripts/bench.sh --only distributed [--distributed-holds 20]
+#                                      # separate processes on one key alone (about
+#                                      # 15 s here); holds per process
 #   scripts/bench.sh --trace-handoff   # only the hand-off at 2/16/64/256 waiters, each
 #                                      # split into its steps (benches/locks/handoff_trace.rs)
 set -euo pipefail

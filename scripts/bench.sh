@@ -11,8 +11,9 @@
 # The distributed scenario runs separate OS processes (the benchmark binary run again,
 # a client each) on one key, at 2, 16 and 48 processes, redlock then rslock, each
 # process taking the key 20 times and holding it about 1 ms; it reports utilisation,
-# the gap from one holder's release call to the next holder's acquire return (p50,
-# p99, in µs and PING round trips; also from the release's reply), wait p99, fairness
+# the gap from one hold's release call to the next hold's acquire return, whoever
+# holds next (p50, p99, in µs and PING round trips; also from the release's reply, and
+# where the next holder is another process), wait p99, fairness
 # (longest / median total wait of a process), Redis commands per acquisition (INFO
 # total_commands_processed over the loops, scripts' calls included), client CPU per
 # acquisition summed over the processes' loops, and overlapping holds (violations).

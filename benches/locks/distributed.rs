@@ -286,26 +286,25 @@ impl Run {
         violations
     }
 
-    /// From one holder's release call (the end of its hold) to the next holder's
-    /// acquire return, and from the release's reply to it (negative when the next
-    /// holder had the lock before the releasing process had the reply), in ns, where
-    /// the next holder is another process; and how many acquisitions followed one of
-    /// the same process (it took the key back).
-    fn gaps(&self) -> (Vec<Duration>, Vec<i64>, usize) {
-        let ordered = self.ordered();
-        let (mut from_call, mut from_reply, mut again) = (Vec::new(), Vec::new(), 0);
-        for pair in ordered.windows(2) {
+    /// The key's idle time between holds, whoever holds it next (the process that
+    /// released it may take it back: rslock's do, most of the time): from one hold's
+    /// release call (its end) to the next hold's acquire return, in order of
+    /// acquisition.
+    fn gaps(&self) -> Gaps {
+        let mut gaps = Gaps::default();
+        for pair in self.ordered().windows(2) {
             let (before, after) = (pair[0], pair[1]);
+            let gap = Duration::from_nanos(after.acquired.saturating_sub(before.releasing));
+            gaps.from_call.push(gap);
+            gaps.from_reply
+                .push(after.acquired as i64 - before.released as i64);
             if before.process == after.process {
-                again += 1;
-                continue;
+                gaps.taken_back += 1;
+            } else {
+                gaps.to_another.push(gap);
             }
-            from_call.push(Duration::from_nanos(
-                after.acquired.saturating_sub(before.releasing),
-            ));
-            from_reply.push(after.acquired as i64 - before.released as i64);
         }
-        (from_call, from_reply, again)
+        gaps
     }
 
     fn waits(&self) -> Vec<Duration> {
@@ -331,6 +330,33 @@ impl Run {
 
     fn cpu_per_acquisition_us(&self) -> f64 {
         micros(self.cpu) / self.acquisitions().max(1) as f64
+    }
+}
+
+/// The gaps between consecutive holds of a run.
+#[derive(Debug, Default)]
+struct Gaps {
+    /// From a hold's release call to the next hold's acquire return.
+    from_call: Vec<Duration>,
+    /// From a hold's release reply to the next hold's acquire return, in ns (negative
+    /// when the next holder had the lock before the releasing process had the reply).
+    from_reply: Vec<i64>,
+    /// `from_call` where the next holder is another process.
+    to_another: Vec<Duration>,
+    /// Holds that followed one of the same process (it took the key back).
+    taken_back: usize,
+}
+
+impl Gaps {
+    /// The `q`-quantile of `from_reply`, in µs.
+    fn from_reply_us(&self, q: f64) -> f64 {
+        let mut sorted = self.from_reply.clone();
+        sorted.sort_unstable();
+        if sorted.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1] as f64 / 1e3
     }
 }
 
@@ -507,36 +533,31 @@ pub async fn run(bench: &mut Bench, holds: Option<usize>) {
             verdict: verdict(ua >= 0.9 && ua > ub),
         });
 
-        let (gaps_a, replies_a, again_a) = a.gaps();
-        let (gaps_b, replies_b, again_b) = b.gaps();
-        let reply_gap = |gaps: &[i64], q: f64| -> f64 {
-            let mut sorted = gaps.to_vec();
-            sorted.sort_unstable();
-            if sorted.is_empty() {
-                return f64::NAN;
-            }
-            let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-            sorted[rank - 1] as f64 / 1e3
-        };
+        let (gaps_a, gaps_b) = (a.gaps(), b.gaps());
         for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
-            let mine = micros(quantile(&gaps_a, q));
-            let theirs = micros(quantile(&gaps_b, q));
-            let (mine_reply, theirs_reply) = (reply_gap(&replies_a, q), reply_gap(&replies_b, q));
+            let mine = micros(quantile(&gaps_a.from_call, q));
+            let theirs = micros(quantile(&gaps_b.from_call, q));
+            let (mine_reply, theirs_reply) = (gaps_a.from_reply_us(q), gaps_b.from_reply_us(q));
+            let mine_another = micros(quantile(&gaps_a.to_another, q));
+            let theirs_another = micros(quantile(&gaps_b.to_another, q));
             bench.report.add(Figure {
                 id: id(&format!("gap_{name}")),
                 scenario: format!(
-                    "{processes} processes: gap {name}, one holder's release call to the next's acquire return"
+                    "{processes} processes: gap {name}, one hold's release call to the next hold's acquire return"
                 ),
                 redlock: Some(mine),
                 rslock: Some(theirs),
                 unit: "µs",
                 limit: format!("RTT {} µs", number(rtt)),
                 ratio: format!(
-                    "{} RTT (rslock {} RTT); from release's reply {} µs (rslock {} µs)",
+                    "{} RTT (rslock {} RTT); from release's reply {} µs (rslock {}); \
+                     to another process {} µs (rslock {})",
                     number(mine / rtt),
                     number(theirs / rtt),
                     number(mine_reply),
-                    number(theirs_reply)
+                    number(theirs_reply),
+                    number(mine_another),
+                    number(theirs_another)
                 ),
                 target: if name == "p50" {
                     target("≤ 2 RTT")
@@ -549,23 +570,36 @@ pub async fn run(bench: &mut Bench, holds: Option<usize>) {
                     Verdict::Info
                 },
             });
-            bench.report.detail(Figure {
-                id: id(&format!("gap_from_release_reply_{name}")),
-                scenario: format!(
-                    "{processes} processes: gap {name}, one holder's release reply to the next's acquire return"
+            for (detail, what, mine, theirs) in [
+                (
+                    "gap_from_release_reply",
+                    "one hold's release reply to the next hold's acquire return",
+                    mine_reply,
+                    theirs_reply,
                 ),
-                redlock: Some(mine_reply),
-                rslock: Some(theirs_reply),
-                unit: "µs",
-                limit: format!("RTT {} µs", number(rtt)),
-                ratio: format!(
-                    "{} RTT (rslock {} RTT)",
-                    number(mine_reply / rtt),
-                    number(theirs_reply / rtt)
+                (
+                    "gap_to_another_process",
+                    "one hold's release call to the next hold's acquire return, next holder another process",
+                    mine_another,
+                    theirs_another,
                 ),
-                target: "-".into(),
-                verdict: Verdict::Info,
-            });
+            ] {
+                bench.report.detail(Figure {
+                    id: id(&format!("{detail}_{name}")),
+                    scenario: format!("{processes} processes: gap {name}, {what}"),
+                    redlock: Some(mine),
+                    rslock: Some(theirs),
+                    unit: "µs",
+                    limit: format!("RTT {} µs", number(rtt)),
+                    ratio: format!(
+                        "{} RTT (rslock {} RTT)",
+                        number(mine / rtt),
+                        number(theirs / rtt)
+                    ),
+                    target: "-".into(),
+                    verdict: Verdict::Info,
+                });
+            }
         }
 
         let p99 = |run: &Run| micros(quantile(&run.waits(), 0.99)) / 1e3;
@@ -667,12 +701,14 @@ pub async fn run(bench: &mut Bench, holds: Option<usize>) {
         });
         bench.report.note(format!(
             "distributed, {processes} processes: acquisitions redlock {}, rslock {}; \
-             taken back by the process that released it: redlock {again_a}, rslock {again_b}; \
+             taken back by the process that released it: redlock {}, rslock {}; \
              run time with the processes' start redlock {} ms, rslock {} ms; \
              Redis commands in the loops redlock {}, rslock {}; client CPU in the loops \
              redlock {} ms, rslock {} ms{}",
             a.acquisitions(),
             b.acquisitions(),
+            gaps_a.taken_back,
+            gaps_b.taken_back,
             number(ours_elapsed.as_secs_f64() * 1e3),
             number(theirs_elapsed.as_secs_f64() * 1e3),
             a.commands,

@@ -349,7 +349,7 @@ struct Gaps {
 
 impl Gaps {
     /// The `q`-quantile of `from_reply`, in µs.
-    fn from_reply_us(&self, q: f64) -> f64 {
+    fn reply_gap_us(&self, q: f64) -> f64 {
         let mut sorted = self.from_reply.clone();
         sorted.sort_unstable();
         if sorted.is_empty() {
@@ -537,7 +537,7 @@ pub async fn run(bench: &mut Bench, holds: Option<usize>) {
         for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
             let mine = micros(quantile(&gaps_a.from_call, q));
             let theirs = micros(quantile(&gaps_b.from_call, q));
-            let (mine_reply, theirs_reply) = (gaps_a.from_reply_us(q), gaps_b.from_reply_us(q));
+            let (mine_reply, theirs_reply) = (gaps_a.reply_gap_us(q), gaps_b.reply_gap_us(q));
             let mine_another = micros(quantile(&gaps_a.to_another, q));
             let theirs_another = micros(quantile(&gaps_b.to_another, q));
             bench.report.add(Figure {

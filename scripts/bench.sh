@@ -19,7 +19,8 @@
 # acquisition summed over the processes' loops, and overlapping holds (violations).
 # scripts/profile.sh profiles the uncontended path.
 #
-#   scripts/bench.sh                   # the full run (about 75 s here)
+#   scripts/bench.sh                   # the full run (about 75 s here, plus about
+#                                      # 10 s for the distributed scenario)
 #   scripts/bench.sh --quick           # a quarter of the iterations, to try things out
 #   scripts/bench.sh --current-thread  # a current-thread tokio runtime instead
 #   scripts/bench.sh --svg PATH        # write the plot elsewhere
@@ -30,7 +31,7 @@
 #                                      # the task-count and tracing rows alone
 #   scripts/bench.sh --only distributed [--distributed-holds 20]
 #                                      # separate processes on one key alone (about
-#                                      # 15 s here); holds per process
+#                                      # 10 s here); holds per process
 #   scripts/bench.sh --trace-handoff   # only the hand-off at 2/16/64/256 waiters, each
 #                                      # split into its steps (benches/locks/handoff_trace.rs)
 set -euo pipefail

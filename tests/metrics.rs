@@ -657,6 +657,66 @@ async fn readers_waiting_on_a_writer_in_other_clients_are_granted_together() {
 }
 
 #[tokio::test]
+async fn a_freed_permit_is_granted_to_the_semaphores_next_waiter_in_another_client() {
+    record();
+    let server = RedisServer::start();
+    let label = "m-grant-permits";
+    let key = "m:grant-permits";
+    let holders = client(&server).await;
+    let take = |locks: LockClient, wait: Duration| async move {
+        let guard = locks
+            .semaphore(key, 2)
+            .label(label)
+            .wait(wait)
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        (guard, locks)
+    };
+    let (first, _) = take(holders.clone(), Duration::ZERO).await;
+    let (second, _) = take(holders.clone(), Duration::ZERO).await;
+    let mut waiters = Vec::new();
+    for n in 1..=3 {
+        let locks = client(&server).await;
+        waiters.push(tokio::spawn(take(locks, PATIENCE)));
+        until("the waiter registered", || {
+            server
+                .cli(&["ZCARD", "redlock:waitlist:m:grant-permits"])
+                .trim()
+                == n.to_string()
+        })
+        .await;
+    }
+    let grants = || counter(HANDOFFS, &[("lock", label), ("kind", "grant")]);
+    let third = waiters.remove(0);
+    first.release().await.unwrap();
+    let (third, _third_client) = third.await.unwrap();
+    assert_eq!(grants(), 1, "the freed permit went to the first waiter");
+    assert!(third.fencing_token() > second.fencing_token());
+    let fourth = waiters.remove(0);
+    second.release().await.unwrap();
+    let (fourth, _fourth_client) = fourth.await.unwrap();
+    assert_eq!(grants(), 2);
+    // Confirmed: the granted permits last their lease, not the grace.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!third.is_lost() && !fourth.is_lost());
+    assert_eq!(
+        server
+            .cli(&["ZCARD", "redlock:holders:m:grant-permits"])
+            .trim(),
+        "2"
+    );
+    let last = waiters.remove(0);
+    third.release().await.unwrap();
+    let (last, _last_client) = last.await.unwrap();
+    assert_eq!(grants(), 3);
+    fourth.release().await.unwrap();
+    last.release().await.unwrap();
+    assert_eq!(server.cli(&["EXISTS", key]).trim(), "0");
+}
+
+#[tokio::test]
 async fn tasks_waiting_for_a_holder_in_another_process_are_gauged_until_they_leave() {
     record();
     let server = RedisServer::start();

@@ -38,10 +38,10 @@ pub(crate) trait Kind: Send + Sync + 'static {
         None
     }
 
-    /// How this kind's waiters are named on the key's waitlist, or `None` when they
-    /// take no place there (a semaphore's waiters are woken by every freed permit).
-    fn waitlist_id_prefix(&self) -> Option<&'static str> {
-        Some("")
+    /// How this kind's waiters are named on the key's waitlist (the prefix of their
+    /// ids), or `None` when they take no place there.
+    fn waitlist_id_prefix(&self) -> Option<String> {
+        Some(String::new())
     }
 
     /// One run of this kind's acquire script (on every master with RedLock).
@@ -90,8 +90,12 @@ impl Kind for Shared {
         Some(self.limit)
     }
 
-    fn waitlist_id_prefix(&self) -> Option<&'static str> {
-        (self.limit == 0).then_some(crate::scripts::READER_ID_PREFIX)
+    fn waitlist_id_prefix(&self) -> Option<String> {
+        Some(match self.limit {
+            0 => crate::scripts::READER_ID_PREFIX.to_owned(),
+            // `s<permits>:`: a release grants a permit to waiters of the same count only.
+            limit => format!("{}{limit}:", crate::scripts::PERMIT_ID_PREFIX),
+        })
     }
 }
 
@@ -494,7 +498,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             .kind
             .waitlist_id_prefix()
             .filter(|_| plan.core.masters().keeps_waitlist() && Instant::now() < plan.deadline)
-            .map(|prefix| WaitlistPlace::new(&plan.core, &plan.key, prefix, plan.lease_ms));
+            .map(|prefix| WaitlistPlace::new(&plan.core, &plan.key, &prefix, plan.lease_ms));
         Attempts {
             plan,
             baton,

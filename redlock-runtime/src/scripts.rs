@@ -417,6 +417,10 @@ pub(crate) const WRITER_REFRESH_MS: u64 = 1_000;
 /// writer (an id without it), never behind each other.
 pub(crate) const READER_ID_PREFIX: &str = "r:";
 
+/// First letter of a semaphore waiter's id on the waitlist: `s<permits>:` and an owner
+/// token, so that a release can grant it a permit (see `free_for_next`).
+pub(crate) const PERMIT_ID_PREFIX: &str = "s";
+
 /// `settle_shares(lock, holders, ms)`: drops the shares of `holders` whose lease ended
 /// by `ms` (and their names: see [`NAMES_PREFIX`]), and gives `lock`, `holders` and
 /// the names the lease of the longest remaining share; returns that lease in ms, or 0
@@ -517,6 +521,17 @@ if type(value) == 'table' then
   return {{-1, redis.call('TYPE', KEYS[1])['ok'], 0}}
 end
 local reserved = ARGV[6] ~= '' and value == 'reserved:' .. ARGV[6]
+-- A release granted this waiter a share while this attempt was on its way (see
+-- `free_for_next`): the attempt takes it over, in its own name, ahead of everyone.
+local granted_to = ARGV[6] ~= '' and string.match(ARGV[6], '^(%S+) ')
+if granted_to and value and string.sub(value, 1, 7) == 'shared:' then
+  local score = redis.call('ZSCORE', KEYS[4], granted_to)
+  if score and tonumber(score) > ms then
+    redis.call('ZREM', KEYS[4], granted_to)
+    redis.call('HDEL', share_names(KEYS[1], KEYS[4]), granted_to)
+    reserved = true
+  end
+end
 local busy_for = nil
 if value and not reserved then
   if string.sub(value, 1, 7) ~= 'shared:' then
@@ -532,7 +547,7 @@ if value and not reserved then
 end
 local rest = 0
 if not busy_for then
-  if not value or reserved then
+  if not value or (reserved and string.sub(value, 1, 7) ~= 'shared:') then
     -- Shares left from a key deleted by hand must not come back: a key that does not
     -- hold `shared:` has no live share (a release that reserves it for the next in
     -- line has ended the last one), even when a write lock came and went in between
@@ -591,7 +606,7 @@ if not busy_for and limit > 0 and redis.call('ZCARD', KEYS[4]) >= limit then
   busy_for = math.max(1, tonumber(first[2]) - ms)
 end
 if busy_for then
-  if ARGV[6] ~= '' and limit == 0 then
+  if ARGV[6] ~= '' then
     redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[6])
     redis.call('ZADD', KEYS[3], ms + busy_for + tonumber(ARGV[8]), ARGV[6])
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
@@ -638,6 +653,22 @@ return {{1, token, handed_off, 0}}
 /// waiters (a semaphore's: a permit is free; a read lock's: when it ends at the
 /// latest), or frees the key for the next in line when no share is left.
 const RELEASE_SHARE_FN: &str = r#"
+-- A semaphore's permit is free: the waiters at the head of the line are granted as many
+-- as are free (see `grant_shares`). True when it granted one.
+local function grant_permits(value, ms)
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    return false
+  end
+  ms = drop_expired_waiters()
+  local limit = tonumber(string.sub(value, 8))
+  local granted = grant_shares(fence, KEYS[5], names, limit, redis.call('ZCARD', KEYS[5]), ms)
+  if granted == 0 then
+    return false
+  end
+  -- The key lasts as long as its longest share, a granted one's grace included.
+  settle_shares(KEYS[1], KEYS[5], ms)
+  return true
+end
 local function release_share(value)
   local ms = server_ms()
   local score = redis.call('ZSCORE', KEYS[5], ARGV[1])
@@ -659,6 +690,8 @@ local function release_share(value)
     elseif kept then
       -- A permit kept for its minimum hold is free when that ends.
       redis.call(publish, channel, 'K:' .. ARGV[2])
+    elseif grant_permits(value, ms) then
+      return 3
     else
       redis.call(publish, channel, '')
     end
@@ -776,17 +809,62 @@ local function tell_granted(id, clock, after)
   local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
   return redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after)
 end
+-- The waiter `head` (a member of the line) as a share waiter: its id, its lease, its
+-- client's name and the limit of the key it waits for (0: a reader); nil otherwise.
+local function share_waiter(head)
+  local id, kind, lease, name = string.match(head, '^(([{READER_ID_PREFIX_0}{PERMIT_ID_PREFIX_0}]%d*):{OWNER_PATTERN}) (%d+) (.*)$')
+  if not id then
+    return nil
+  end
+  return id, lease, name, tonumber(string.sub(kind, 2)) or 0
+end
+-- Grants shares of the key (held in shares under `limit`, `held` of them taken) to the
+-- run of share waiters of that limit at the head of the line, as many as it has room
+-- for. Returns how many it granted, the longest lease among them, and the server
+-- clock (ms). Expired registrations must be gone already.
+local function grant_shares(fence, holders, names, limit, held, ms)
+  local granted, longest = 0, 0
+  while limit == 0 or held < limit do
+    local line = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if not line[1] then
+      break
+    end
+    local id, lease, name, of = share_waiter(line[1])
+    if not id or of ~= limit then
+      break
+    end
+    redis.call('ZREM', KEYS[2], line[1])
+    redis.call('ZREM', KEYS[3], line[1])
+    if not redis.call('ZSCORE', holders, id) then
+      {token}
+      local share = math.min(tonumber(grace), tonumber(lease))
+      redis.call('ZADD', holders, ms + share, id)
+      redis.call('HSET', names, id, clock .. ' ' .. name)
+      if tell_granted(id, clock, math.max(0, ms - tonumber(line[2]))) > 0 then
+        granted = granted + 1
+        held = held + 1
+        longest = math.max(longest, tonumber(lease))
+      else
+        -- Nobody of its client listens (its process died, its connection dropped).
+        redis.call('ZREM', holders, id)
+        redis.call('HDEL', names, id)
+      end
+    end
+  end
+  return granted, longest
+end
+local function drop_expired_waiters()
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
+    redis.call('ZREM', KEYS[2], gone)
+    redis.call('ZREM', KEYS[3], gone)
+  end
+  return ms
+end
 local function free_for_next(fence, before, holders, names)
   if redis.call('EXISTS', KEYS[2]) == 1 then
-    local now = redis.call('TIME')
-    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
-      redis.call('ZREM', KEYS[2], gone)
-      redis.call('ZREM', KEYS[3], gone)
-    end
-    -- A run of readers at the head is granted together: how many, and the longest
-    -- lease among them.
-    local readers, shares_for, longest = 0, 0, 0
+    local ms = drop_expired_waiters()
     while true do
       local line = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
       local head = line[1]
@@ -794,24 +872,32 @@ local function free_for_next(fence, before, holders, names)
         break
       end
       local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
-      local reader, reader_lease, reader_name = string.match(head, '^({READER_ID_PREFIX}{OWNER_PATTERN}) (%d+) (.*)$')
-      local grantable = fence and (id or (reader and holders))
-      if readers > 0 and not (reader and grantable) then
-        -- The run of readers ends (at a writer, which keeps its place).
-        break
-      end
-      redis.call('ZREM', KEYS[2], head)
-      redis.call('ZREM', KEYS[3], head)
-      if not grantable then
-        redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', grace)
-        redis.call(publish, channel, 'R:' .. head)
-        return false
-      end
-      {token}
-      local after = math.max(0, ms - tonumber(line[2]))
-      if id then
+      local share_id, _, _, limit = share_waiter(head)
+      if fence and share_id and holders then
+        -- A run of readers (or of a semaphore's waiters) is granted together.
+        redis.call('DEL', holders, names)
+        local granted, longest = grant_shares(fence, holders, names, limit, 0, ms)
+        if granted > 0 then
+          local until_ms = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2] - ms
+          redis.call('SET', KEYS[1], 'shared:' .. limit, 'PX', until_ms)
+          redis.call('PEXPIRE', holders, until_ms)
+          redis.call('PEXPIRE', names, until_ms)
+          if not before or longest < before then
+            redis.call(publish, channel, 'T:' .. longest)
+          end
+          return true
+        end
+      else
+        redis.call('ZREM', KEYS[2], head)
+        redis.call('ZREM', KEYS[3], head)
+        if not (fence and id) then
+          redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', grace)
+          redis.call(publish, channel, 'R:' .. head)
+          return false
+        end
+        {token}
         redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', math.min(tonumber(grace), tonumber(lease)))
-        if tell_granted(id, clock, after) > 0 then
+        if tell_granted(id, clock, math.max(0, ms - tonumber(line[2]))) > 0 then
           if not before or tonumber(lease) < before then
             -- The others were told when the lock before ends, at the latest; this one
             -- may end sooner (tests/model.rs found them asleep on a free key
@@ -821,35 +907,9 @@ local function free_for_next(fence, before, holders, names)
           end
           return true
         end
-      else
-        -- A reader: a share of its own, scored with the end of the grace.
-        if readers == 0 and shares_for == 0 then
-          redis.call('DEL', holders, names)
-        end
-        shares_for = shares_for + 1
-        local share = math.min(tonumber(grace), tonumber(reader_lease))
-        redis.call('ZADD', holders, ms + share, reader)
-        redis.call('HSET', names, reader, clock .. ' ' .. reader_name)
-        if tell_granted(reader, clock, after) > 0 then
-          readers = readers + 1
-          longest = math.max(longest, tonumber(reader_lease))
-        else
-          redis.call('ZREM', holders, reader)
-          redis.call('HDEL', names, reader)
-        end
+        -- Nobody of its client listens (its process died, its connection dropped):
+        -- the next in line. (The token stays used: tokens only need to rise.)
       end
-      -- Nobody of its client listens (its process died, its connection dropped): the
-      -- next in line. (The token stays used: tokens only need to rise.)
-    end
-    if readers > 0 then
-      local until_ms = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2] - ms
-      redis.call('SET', KEYS[1], 'shared:0', 'PX', until_ms)
-      redis.call('PEXPIRE', holders, until_ms)
-      redis.call('PEXPIRE', names, until_ms)
-      if not before or longest < before then
-        redis.call(publish, channel, 'T:' .. longest)
-      end
-      return true
     end
   end
   redis.call('DEL', KEYS[1])
@@ -862,6 +922,8 @@ end
             "string.sub(KEYS[2], 1, #KEYS[2] - #KEYS[1] - {})",
             WAITLIST_PREFIX.len()
         ),
+        READER_ID_PREFIX_0 = &READER_ID_PREFIX[..1],
+        PERMIT_ID_PREFIX_0 = &PERMIT_ID_PREFIX[..1],
     )
 });
 
@@ -917,23 +979,47 @@ return 1
 /// A grant nobody confirmed lapses with the grace (see `free_for_next`); the client
 /// whose release granted it runs this a little after the grace, so that the next in
 /// line is not left waiting for the lease it was told. Frees the key for the next in
-/// line if it is free while someone is in line; a key held (the grant confirmed, or
-/// taken since) is left alone. KEYS and ARGV as [`LEAVE_WAITLIST`]'s (no waiter id).
-/// Returns 3 when it granted the key, 1 when it reserved it, else 0.
+/// line if it is free while someone is in line (a run of readers, or a writer, as a
+/// release would), and a semaphore's permits left free by a lapsed grant to its waiters;
+/// a key held (the grant confirmed, or taken since) is left alone. KEYS and ARGV as
+/// [`LEAVE_WAITLIST`]'s (no waiter id), and on a cluster the holders and share names as
+/// KEYS[5] and KEYS[6] (derived elsewhere). Returns 3 when it granted, 1 when it
+/// reserved the key, else 0.
 pub(crate) static LAPSED_GRANT: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
+if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
-{free_for_next}
-if free_for_next(KEYS[4]) then
+{free_for_next}{settle_shares}
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'string' and string.match(value, '^shared:[1-9]') then
+  -- A semaphore's permit granted and never confirmed: once its grace ended, the next
+  -- in line gets it.
+  local holders = KEYS[5] or {holders}
+  local names = share_names(KEYS[1], holders)
+  local ms = drop_expired_waiters()
+  settle_shares(KEYS[1], holders, ms)
+  local limit = tonumber(string.sub(value, 8))
+  if grant_shares(KEYS[4], holders, names, limit, redis.call('ZCARD', holders), ms) > 0 then
+    settle_shares(KEYS[1], holders, ms)
+    return 3
+  end
+  return 0
+end
+if value then
+  return 0
+end
+if free_for_next(KEYS[4], nil, KEYS[5] or {holders}, KEYS[6] or {names}) then
   return 3
 end
 return 1
 "#,
         free_for_next = &*FREE_FOR_NEXT,
+        settle_shares = &*SETTLE_SHARES_FN,
+        holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
+        names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
     ))
 });
 

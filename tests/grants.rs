@@ -1,0 +1,762 @@
+//! Grants: a release that makes the next waiter in line — another process, with a
+//! client of its own — the holder at once, and tells only that waiter. The waiter holds
+//! the key with no round trip of its own, the others are not woken, and a grant nobody
+//! picks up (its waiter killed, stopped, timed out or cancelled at that moment) costs
+//! the others about `reservation_grace` (100 ms) plus a round trip, never the lease.
+//!
+//! Each "instance" is a child process: this test binary run again with only
+//! [`CHILD_TEST`] and a Redis spec in [`CHILD_ENV`]. It reads commands on its stdin
+//! (acquire, release, …) and answers on its stdout with lines starting with [`MARK`];
+//! it timestamps, with the system clock (shared by every process of the machine), its
+//! calls and the runtime's timing events `script_sent` (an acquire attempt's script
+//! sent) and `news_received` (a pub/sub message delivered to the client), which the
+//! test then counts per process and per window of time. Bounds are correctness bounds
+//! with wide margins (a waiter not left asleep until the lease ends), never speed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redlock_runtime::{LockClient, LockError, LockGuard};
+use redlock_testkit::RedisServer;
+use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata, Subscriber, span};
+
+/// The test an instance process runs: keep it equal to [`instance_process`]'s name.
+const CHILD_TEST: &str = "instance_process";
+
+/// The `REDLOCK_URL`-style spec an instance connects to; unset in a normal run.
+const CHILD_ENV: &str = "REDLOCK_GRANTS_INSTANCE";
+
+/// What starts an instance's answers on its stdout (the test harness writes there too).
+const MARK: &str = "@@ ";
+
+/// The runtime's timing events' target.
+const TIMING: &str = "redlock::timing";
+
+/// The lease of every lock in these tests: what a waiter left asleep would cost.
+const LEASE: Duration = Duration::from_secs(10);
+
+/// How long, at most, a grant nobody picks up may keep the others waiting: the
+/// documented bound is `reservation_grace` (100 ms) plus a round trip; this leaves a
+/// wide margin for a loaded machine and stays far below [`LEASE`].
+const PICK_UP_BOUND: Duration = Duration::from_secs(2);
+
+/// How long, at most, the next waiter may take to hold the key after a release that
+/// granted it: far below [`LEASE`], which is what a waiter not told would wait.
+const GRANT_BOUND: Duration = Duration::from_secs(5);
+
+/// How long an instance may take to answer anything (startup, a reply) on a machine
+/// shared by several busy agents.
+const ANSWER_LIMIT: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------------------
+// The instance process.
+
+/// The system clock in ns since the epoch: comparable across the test's processes.
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos() as u64
+}
+
+/// Timing events with the system time they were seen at.
+type Stamps = Arc<Mutex<Vec<(&'static str, u64)>>>;
+
+/// A subscriber that timestamps the runtime's timing events and nothing else.
+struct Recorder {
+    stamps: Stamps,
+}
+
+impl Subscriber for Recorder {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if self.enabled(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        metadata.is_event() && metadata.target() == TIMING
+    }
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::TRACE)
+    }
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        span::Id::from_u64(1)
+    }
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+    fn event(&self, event: &Event<'_>) {
+        let at = now_ns();
+        // Fields are not needed: the name says which step it is.
+        struct Ignore;
+        impl Visit for Ignore {
+            fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+        }
+        event.record(&mut Ignore);
+        self.stamps
+            .lock()
+            .unwrap()
+            .push((event.metadata().name(), at));
+    }
+    fn enter(&self, _: &span::Id) {}
+    fn exit(&self, _: &span::Id) {}
+}
+
+/// Writes one answer line for the test.
+fn say(words: &[String]) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{MARK}{}", words.join(" "));
+    let _ = out.flush();
+}
+
+macro_rules! say {
+    ($($word:expr),* $(,)?) => { say(&[$($word.to_string()),*]) };
+}
+
+/// The name of an error's variant.
+fn variant(error: &LockError) -> String {
+    format!("{error:?}")
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("Unknown")
+        .to_string()
+}
+
+/// An instance: one client, at most one lock held, driven by commands on stdin:
+/// - `acquire <write|read> <key> <wait ms> <lease ms> <patience ms>`: answers `started
+///   <ns>` at once, then `acquired <token> <ns>`, `failed <variant> <ns>`, or, when the
+///   acquisition is dropped after `patience` (0: never), `cancelled <ns>`;
+/// - `release` / `release_at <ns>` (at that system time): `released <start ns> <end
+///   ns> <ok|Lost|…>`, or `released none` without a lock;
+/// - `events`: `events <name>:<ns> …`, every timing event so far;
+/// - `exit`, or the end of stdin (the test is gone): the process ends.
+///
+/// A no-op in a normal test run.
+#[test]
+fn instance_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let stamps = Stamps::default();
+    tracing::subscriber::set_global_default(Recorder {
+        stamps: stamps.clone(),
+    })
+    .expect("the instance's subscriber");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(serve(spec, stamps));
+}
+
+async fn serve(spec: String, stamps: Stamps) {
+    let client = LockClient::builder_from_spec(&spec)
+        .connect()
+        .await
+        .expect("the instance connects");
+    let (commands, mut incoming) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if commands.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let held: Arc<Mutex<Option<LockGuard>>> = Arc::default();
+    say!("ready");
+    while let Some(line) = incoming.recv().await {
+        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["acquire", mode, key, wait, lease, patience] => {
+                let ms = |text: &str| Duration::from_millis(text.parse().expect("ms"));
+                let request = match *mode {
+                    "read" => client.read_lock(*key),
+                    _ => client.lock(*key),
+                }
+                .wait(ms(wait))
+                .lease(ms(lease));
+                let patience = ms(patience);
+                let held = held.clone();
+                tokio::spawn(async move {
+                    say!("started", now_ns());
+                    let attempt = request.acquire();
+                    let result = if patience.is_zero() {
+                        Some(attempt.await)
+                    } else {
+                        tokio::time::timeout(patience, attempt).await.ok()
+                    };
+                    let at = now_ns();
+                    match result {
+                        None => say!("cancelled", at),
+                        Some(Ok(guard)) => {
+                            let token = guard.fencing_token();
+                            // Kept before the answer: the test may release at once.
+                            *held.lock().unwrap() = Some(guard);
+                            say!("acquired", token, at);
+                        }
+                        Some(Err(error)) => say!("failed", variant(&error), at),
+                    }
+                });
+            }
+            ["release"] => {
+                tokio::spawn(release(held.clone(), None));
+            }
+            ["release_at", at] => {
+                tokio::spawn(release(held.clone(), Some(at.parse().expect("ns"))));
+            }
+            ["events"] => {
+                let stamps = stamps.lock().unwrap().clone();
+                let mut words = vec!["events".to_owned()];
+                words.extend(stamps.iter().map(|(name, at)| format!("{name}:{at}")));
+                say(&words);
+            }
+            ["exit"] => break,
+            _ => panic!("unknown command {line:?}"),
+        }
+    }
+}
+
+/// Releases the lock held, at system time `at` if given.
+async fn release(held: Arc<Mutex<Option<LockGuard>>>, at: Option<u64>) {
+    if let Some(at) = at {
+        tokio::time::sleep(Duration::from_nanos(at.saturating_sub(now_ns()))).await;
+    }
+    let Some(guard) = held.lock().unwrap().take() else {
+        say!("released", "none");
+        return;
+    };
+    let start = now_ns();
+    let result = guard.release().await;
+    let end = now_ns();
+    let outcome = match &result {
+        Ok(()) => "ok".to_owned(),
+        Err(error) => variant(error),
+    };
+    say!("released", start, end, outcome);
+}
+
+// ---------------------------------------------------------------------------------
+// The test's side.
+
+/// One answer of an instance.
+#[derive(Debug, Clone)]
+struct Reply {
+    kind: String,
+    fields: Vec<String>,
+}
+
+impl Reply {
+    fn number(&self, index: usize) -> u64 {
+        self.fields
+            .get(index)
+            .and_then(|field| field.parse().ok())
+            .unwrap_or_else(|| panic!("no number at {index} in {self:?}"))
+    }
+}
+
+/// What an `acquire` came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Acquired { token: u64, at: u64 },
+    Failed { timeout: bool, at: u64 },
+    Cancelled { at: u64 },
+}
+
+/// An instance process, killed on drop (so a failing test leaves none behind).
+struct Instance {
+    name: String,
+    child: Child,
+    stdin: ChildStdin,
+    replies: mpsc::Receiver<Reply>,
+    pending: Vec<Reply>,
+}
+
+impl Instance {
+    /// Starts an instance connected to `spec` and waits until it has connected.
+    fn start(name: &str, spec: &str) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, spec)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start an instance");
+        let stdin = child.stdin.take().expect("its stdin");
+        let stdout = child.stdout.take().expect("its stdout");
+        let (sender, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // The harness's `test instance_process ... ` may start the first line.
+                let Some((_, answer)) = line.split_once(MARK) else {
+                    continue;
+                };
+                let mut words = answer.split_whitespace().map(str::to_owned);
+                let kind = words.next().unwrap_or_default();
+                if sender
+                    .send(Reply {
+                        kind,
+                        fields: words.collect(),
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut instance = Instance {
+            name: name.to_owned(),
+            child,
+            stdin,
+            replies,
+            pending: Vec::new(),
+        };
+        instance.expect(&["ready"], ANSWER_LIMIT);
+        instance
+    }
+
+    fn send(&mut self, command: &str) {
+        writeln!(self.stdin, "{command}")
+            .and_then(|()| self.stdin.flush())
+            .unwrap_or_else(|error| panic!("{} took no command: {error}", self.name));
+    }
+
+    /// Takes the first answer of one of `kinds` that came or comes within `limit`.
+    fn poll(&mut self, kinds: &[&str], limit: Duration) -> Option<Reply> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(at) = self
+                .pending
+                .iter()
+                .position(|reply| kinds.contains(&reply.kind.as_str()))
+            {
+                return Some(self.pending.remove(at));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.replies.recv_timeout(left) {
+                Ok(reply) => self.pending.push(reply),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn expect(&mut self, kinds: &[&str], limit: Duration) -> Reply {
+        self.poll(kinds, limit).unwrap_or_else(|| {
+            panic!(
+                "{} gave no {kinds:?} within {limit:?} (other answers: {:?})",
+                self.name, self.pending
+            )
+        })
+    }
+
+    /// Starts an acquisition of `key`; returns the system time it started at.
+    fn acquire(
+        &mut self,
+        mode: &str,
+        key: &str,
+        wait: Duration,
+        patience: Option<Duration>,
+    ) -> u64 {
+        self.send(&format!(
+            "acquire {mode} {key} {} {} {}",
+            wait.as_millis(),
+            LEASE.as_millis(),
+            patience.map_or(0, |p| p.as_millis())
+        ));
+        self.expect(&["started"], ANSWER_LIMIT).number(0)
+    }
+
+    /// What the acquisition under way came to, within `limit`.
+    fn outcome(&mut self, limit: Duration) -> Outcome {
+        let reply = self.expect(&["acquired", "failed", "cancelled"], limit);
+        match reply.kind.as_str() {
+            "acquired" => Outcome::Acquired {
+                token: reply.number(0),
+                at: reply.number(1),
+            },
+            "failed" => Outcome::Failed {
+                timeout: reply.fields[0] == "Timeout",
+                at: reply.number(1),
+            },
+            _ => Outcome::Cancelled {
+                at: reply.number(0),
+            },
+        }
+    }
+
+    /// The acquisition under way succeeded within `limit`: its token and when.
+    fn acquired(&mut self, limit: Duration) -> (u64, u64) {
+        match self.outcome(limit) {
+            Outcome::Acquired { token, at } => (token, at),
+            other => panic!("{}'s acquisition came to {other:?}", self.name),
+        }
+    }
+
+    /// Acquires a free key: its fencing token.
+    fn hold(&mut self, key: &str) -> u64 {
+        self.acquire("write", key, Duration::from_secs(5), None);
+        self.acquired(ANSWER_LIMIT).0
+    }
+
+    /// Releases its lock now; returns when the release started and ended.
+    fn release(&mut self) -> (u64, u64) {
+        self.send("release");
+        self.released()
+    }
+
+    fn released(&mut self) -> (u64, u64) {
+        let reply = self.expect(&["released"], ANSWER_LIMIT);
+        assert_eq!(
+            reply.fields.get(2).map(String::as_str),
+            Some("ok"),
+            "{}'s release: {reply:?}",
+            self.name
+        );
+        (reply.number(0), reply.number(1))
+    }
+
+    /// Its timing events named `name`, in `[from, to)` (system time, ns).
+    fn events(&mut self, name: &str, from: u64, to: u64) -> usize {
+        self.send("events");
+        let reply = self.expect(&["events"], ANSWER_LIMIT);
+        reply
+            .fields
+            .iter()
+            .filter_map(|field| field.split_once(':'))
+            .filter(|(event, at)| {
+                *event == name && at.parse::<u64>().is_ok_and(|at| (from..to).contains(&at))
+            })
+            .count()
+    }
+
+    fn signal(&self, name: &str) {
+        redlock_testkit::signal(self.child.id(), name);
+    }
+
+    /// SIGKILL, and reap it.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped process too.
+        self.kill();
+    }
+}
+
+/// `a - b` as a duration, 0 when `b` is later.
+fn since(a: u64, b: u64) -> Duration {
+    Duration::from_nanos(a.saturating_sub(b))
+}
+
+/// Waits (polling) until `ready` holds; panics after `limit`, saying `what`.
+fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How Redis is reached with `redis-cli` (on a cluster, through any node with `-c`).
+type Cli<'a> = &'a dyn Fn(&[&str]) -> String;
+
+/// How many wait on `key`'s waitlist.
+fn waitlist_len(cli: Cli<'_>, key: &str) -> usize {
+    cli(&["ZCARD", &format!("redlock:waitlist:{key}")])
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Waits until `key`'s waitlist holds `len` waiters.
+fn wait_for_line(cli: Cli<'_>, key: &str, len: usize) {
+    wait_until(ANSWER_LIMIT, &format!("{len} waiting on {key}"), || {
+        waitlist_len(cli, key) == len
+    });
+}
+
+/// Waits until Redis holds nothing but the fencing counter (background clean-ups, and
+/// companions' expiries, may take a moment); panics naming what is left.
+fn wait_until_only_the_fence_is_left(server: &RedisServer) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let keys = server.cli(&["KEYS", "*"]);
+        let left: Vec<&str> = keys
+            .lines()
+            .map(str::trim)
+            .filter(|key| !key.is_empty() && *key != "redlock:fence")
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left in Redis after every lock was released: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The tests.
+
+/// A holds `key`; B, in another process, waits for it (registered on the waitlist);
+/// A releases: B holds the key without having sent an attempt of its own after the
+/// release, with a fencing token above A's, long before A's lease would have ended.
+fn next_waiter_holds_without_a_round_trip(spec: &str, cli: Cli<'_>, key: &str) {
+    let mut a = Instance::start("A", spec);
+    let mut b = Instance::start("B", spec);
+    let a_token = a.hold(key);
+    b.acquire("write", key, Duration::from_secs(20), None);
+    wait_for_line(cli, key, 1);
+    let (released_at, _) = a.release();
+    let (b_token, b_at) = b.acquired(ANSWER_LIMIT);
+    assert!(
+        since(b_at, released_at) < GRANT_BOUND,
+        "B held the key {:?} after A's release",
+        since(b_at, released_at)
+    );
+    assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
+    let attempts = b.events("script_sent", released_at, b_at);
+    assert_eq!(
+        attempts, 0,
+        "B sent {attempts} acquire script(s) between A's release and holding the key"
+    );
+    let news = b.events("news_received", released_at, b_at + 1);
+    assert!(news >= 1, "B held the key without being told (no message)");
+    b.release();
+}
+
+#[test]
+fn the_next_waiter_in_another_process_holds_the_key_without_a_round_trip_of_its_own() {
+    let server = RedisServer::start();
+    next_waiter_holds_without_a_round_trip(&server.url(), &|args| server.cli(args), "k");
+    wait_until_only_the_fence_is_left(&server);
+}
+
+#[test]
+fn a_grant_wakes_only_the_granted_client() {
+    let server = RedisServer::start();
+    let cli = |args: &[&str]| server.cli(args);
+    let spec = server.url();
+    let mut a = Instance::start("A", &spec);
+    let mut line: Vec<Instance> = ["B", "C", "D"]
+        .iter()
+        .map(|name| Instance::start(name, &spec))
+        .collect();
+    let mut tokens = vec![a.hold("k")];
+    for (place, waiter) in line.iter_mut().enumerate() {
+        waiter.acquire("write", "k", Duration::from_secs(30), None);
+        wait_for_line(&cli, "k", place + 1);
+    }
+    // Each holder in turn releases; the next in line must hold the key, and nobody
+    // behind it may have heard of it (nor of the confirmation the new holder sends in
+    // the background, which the pause before each release leaves time for).
+    let (mut released_at, _) = a.release();
+    for turn in 0..line.len() {
+        let (token, at) = line[turn].acquired(ANSWER_LIMIT);
+        assert!(
+            since(at, released_at) < GRANT_BOUND,
+            "waiter {turn} held the key {:?} after the release",
+            since(at, released_at)
+        );
+        tokens.push(token);
+        let news = line[turn].events("news_received", released_at, at + 1);
+        assert!(
+            news >= 1,
+            "{} held the key without being told",
+            line[turn].name
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        for later in &mut line[turn + 1..] {
+            assert!(
+                later
+                    .poll(&["acquired", "failed"], Duration::ZERO)
+                    .is_none(),
+                "{} got the key out of turn (FIFO across processes)",
+                later.name
+            );
+        }
+        let (next_release, _) = line[turn].release();
+        for later in turn + 1..line.len() {
+            let woken = line[later].events("news_received", released_at, next_release);
+            assert_eq!(
+                woken, 0,
+                "{} was woken {woken} time(s) by a release granted to {}",
+                line[later].name, line[turn].name
+            );
+        }
+        released_at = next_release;
+    }
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "fencing tokens A, B, C, D do not increase: {tokens:?}"
+    );
+    wait_until_only_the_fence_is_left(&server);
+}
+
+/// A holds `key`, B then C wait; `fault` strikes B just before A releases; C must hold
+/// the key within [`PICK_UP_BOUND`]. Returns C and its token, still holding.
+fn grant_to_a_dead_waiter(
+    server: &RedisServer,
+    key: &str,
+    fault: impl FnOnce(&mut Instance),
+) -> (Instance, Instance, u64) {
+    let cli = |args: &[&str]| server.cli(args);
+    let spec = server.url();
+    let mut a = Instance::start("A", &spec);
+    let mut b = Instance::start("B", &spec);
+    let mut c = Instance::start("C", &spec);
+    let a_token = a.hold(key);
+    b.acquire("write", key, Duration::from_secs(30), None);
+    wait_for_line(&cli, key, 1);
+    c.acquire("write", key, Duration::from_secs(30), None);
+    wait_for_line(&cli, key, 2);
+    fault(&mut b);
+    let (released_at, _) = a.release();
+    let (c_token, c_at) = c.acquired(ANSWER_LIMIT);
+    assert!(
+        since(c_at, released_at) < PICK_UP_BOUND,
+        "C held the key {:?} after A's release (the grant bound is reservation_grace + \
+         a round trip; the lease is {LEASE:?})",
+        since(c_at, released_at)
+    );
+    assert!(c_token > a_token, "C's token {c_token} <= A's {a_token}");
+    (b, c, c_token)
+}
+
+#[test]
+fn a_granted_waiter_killed_just_before_the_release_costs_at_most_the_grace() {
+    let server = RedisServer::start();
+
+    // Killed: the kernel closes its connections, Redis may or may not have seen it yet.
+    let (_, mut c, _) = grant_to_a_dead_waiter(&server, "killed", Instance::kill);
+    c.release();
+
+    // Stopped: Redis still sees its connections, the grant is delivered and never
+    // confirmed; it lapses after the grace.
+    let (mut b, mut c, c_token) = grant_to_a_dead_waiter(&server, "stopped", |b| b.signal("STOP"));
+    // B wakes up to a grant long lapsed: it must not think it holds the key while C does.
+    b.signal("CONT");
+    assert!(
+        b.poll(&["acquired"], Duration::from_secs(1)).is_none(),
+        "B, resumed, held the key while C held it (a lapsed grant taken for a lock)"
+    );
+    let (c_released, _) = c.release();
+    // B is still waiting (its wait is 30 s): it gets the key after C.
+    match b.outcome(ANSWER_LIMIT) {
+        Outcome::Acquired { token, at } => {
+            assert!(at >= c_released, "B held the key before C released it");
+            assert!(token > c_token, "B's token {token} <= C's {c_token}");
+            b.release();
+        }
+        other => panic!("B, resumed, did not get the key after C: {other:?}"),
+    }
+    wait_until_only_the_fence_is_left(&server);
+}
+
+#[test]
+fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
+    let server = RedisServer::start();
+    let cli = |args: &[&str]| server.cli(args);
+    let spec = server.url();
+    let mut a = Instance::start("A", &spec);
+    let mut b = Instance::start("B", &spec);
+    let mut c = Instance::start("C", &spec);
+    // B's wait (or patience) ends this long after it started; A releases around then.
+    let patience = Duration::from_millis(700);
+    let mut seen = Vec::new();
+    for (round, offset_ms) in [-40i64, -10, 0, 10, 40].repeat(2).into_iter().enumerate() {
+        let cancel = round >= 5;
+        let key = format!("k{round}");
+        a.hold(&key);
+        let b_started = if cancel {
+            b.acquire("write", &key, Duration::from_secs(30), Some(patience))
+        } else {
+            b.acquire("write", &key, patience, None)
+        };
+        wait_for_line(&cli, &key, 1);
+        c.acquire("write", &key, Duration::from_secs(30), None);
+        wait_for_line(&cli, &key, 2);
+        let release_at =
+            (b_started + patience.as_nanos() as u64).saturating_add_signed(offset_ms * 1_000_000);
+        let in_time = now_ns() < release_at;
+        a.send(&format!("release_at {release_at}"));
+        let (a_released, _) = a.released();
+        // B either got the key just in time (then it releases it at once) or gave up.
+        let b_outcome = b.outcome(ANSWER_LIMIT);
+        let free_at = match b_outcome {
+            Outcome::Acquired { .. } => b.release().0,
+            Outcome::Failed { timeout, .. } => {
+                assert!(timeout && !cancel, "B's acquisition: {b_outcome:?}");
+                a_released
+            }
+            Outcome::Cancelled { .. } => {
+                assert!(cancel, "B's acquisition: {b_outcome:?}");
+                a_released
+            }
+        };
+        let (_, c_at) = c.acquired(ANSWER_LIMIT);
+        assert!(
+            since(c_at, free_at) < PICK_UP_BOUND,
+            "round {round} (B {}, release {offset_ms:+} ms from its end): C held the key \
+             {:?} after it was free ({b_outcome:?})",
+            if cancel { "cancelled" } else { "timed out" },
+            since(c_at, free_at)
+        );
+        c.release();
+        wait_until_only_the_fence_is_left(&server);
+        seen.push((offset_ms, cancel, in_time, b_outcome));
+    }
+    eprintln!("rounds (offset ms, cancelled, release scheduled in time, B's outcome): {seen:?}");
+}
+
+#[test]
+fn readers_behind_a_writer_all_get_in_when_it_releases() {
+    let server = RedisServer::start();
+    let cli = |args: &[&str]| server.cli(args);
+    let spec = server.url();
+    let mut writer = Instance::start("A", &spec);
+    let mut readers: Vec<Instance> = ["R1", "R2", "R3"]
+        .iter()
+        .map(|name| Instance::start(name, &spec))
+        .collect();
+    writer.acquire("write", "doc", Duration::from_secs(5), None);
+    let (writer_token, _) = writer.acquired(ANSWER_LIMIT);
+    for (place, reader) in readers.iter_mut().enumerate() {
+        reader.acquire("read", "doc", Duration::from_secs(30), None);
+        wait_for_line(&cli, "doc", place + 1);
+    }
+    let (released_at, _) = writer.release();
+    // Every reader holds its share before any lets go: together.
+    for reader in &mut readers {
+        let (token, at) = reader.acquired(ANSWER_LIMIT);
+        assert!(
+            since(at, released_at) < GRANT_BOUND,
+            "{} got in {:?} after the writer's release",
+            reader.name,
+            since(at, released_at)
+        );
+        assert!(
+            token > writer_token,
+            "{}'s token {token} <= the writer's",
+            reader.name
+        );
+    }
+    for reader in &mut readers {
+        reader.release();
+    }
+    wait_until_only_the_fence_is_left(&server);
+}

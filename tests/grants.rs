@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlock_runtime::{LockClient, LockError, LockGuard};
-use redlock_testkit::RedisServer;
+use redlock_testkit::{RedisCluster, RedisServer};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
@@ -470,33 +470,35 @@ fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// How Redis is reached with `redis-cli` (on a cluster, through any node with `-c`).
-type Cli<'a> = &'a dyn Fn(&[&str]) -> String;
+/// How many wait on a key's waitlist (one server, or a cluster).
+type Waitlist<'a> = &'a dyn Fn(&str) -> usize;
 
-/// How many wait on `key`'s waitlist.
-fn waitlist_len(cli: Cli<'_>, key: &str) -> usize {
-    cli(&["ZCARD", &format!("redlock:waitlist:{key}")])
-        .parse()
-        .unwrap_or(0)
+/// How many wait on `key`'s waitlist on `server`.
+fn waitlist_len(server: &RedisServer) -> impl Fn(&str) -> usize + '_ {
+    move |key| {
+        server
+            .cli(&["ZCARD", &format!("redlock:waitlist:{key}")])
+            .parse()
+            .unwrap_or(0)
+    }
 }
 
 /// Waits until `key`'s waitlist holds `len` waiters.
-fn wait_for_line(cli: Cli<'_>, key: &str, len: usize) {
+fn wait_for_line(waitlist: Waitlist<'_>, key: &str, len: usize) {
     wait_until(ANSWER_LIMIT, &format!("{len} waiting on {key}"), || {
-        waitlist_len(cli, key) == len
+        waitlist(key) == len
     });
 }
 
-/// Waits until Redis holds nothing but the fencing counter (background clean-ups, and
-/// companions' expiries, may take a moment); panics naming what is left.
-fn wait_until_only_the_fence_is_left(server: &RedisServer) {
+/// Waits until Redis holds nothing but fencing counters (background clean-ups, and
+/// companions' expiries, may take a moment); panics naming what is left. `keys` lists
+/// every key (of every node).
+fn wait_until_only_the_fence_is_left(keys: impl Fn() -> Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let keys = server.cli(&["KEYS", "*"]);
-        let left: Vec<&str> = keys
-            .lines()
-            .map(str::trim)
-            .filter(|key| !key.is_empty() && *key != "redlock:fence")
+        let left: Vec<String> = keys()
+            .into_iter()
+            .filter(|key| !key.is_empty() && !key.starts_with("redlock:fence"))
             .collect();
         if left.is_empty() {
             return;
@@ -509,18 +511,29 @@ fn wait_until_only_the_fence_is_left(server: &RedisServer) {
     }
 }
 
+/// Every key of `server`.
+fn keys_of(server: &RedisServer) -> impl Fn() -> Vec<String> + '_ {
+    move || {
+        server
+            .cli(&["KEYS", "*"])
+            .lines()
+            .map(|key| key.trim().to_owned())
+            .collect()
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // The tests.
 
 /// A holds `key`; B, in another process, waits for it (registered on the waitlist);
 /// A releases: B holds the key without having sent an attempt of its own after the
 /// release, with a fencing token above A's, long before A's lease would have ended.
-fn next_waiter_holds_without_a_round_trip(spec: &str, cli: Cli<'_>, key: &str) {
+fn next_waiter_holds_without_a_round_trip(spec: &str, waitlist: Waitlist<'_>, key: &str) {
     let mut a = Instance::start("A", spec);
     let mut b = Instance::start("B", spec);
     let a_token = a.hold(key);
     b.acquire("write", key, Duration::from_secs(20), None);
-    wait_for_line(cli, key, 1);
+    wait_for_line(waitlist, key, 1);
     let (released_at, _) = a.release();
     let (b_token, b_at) = b.acquired(ANSWER_LIMIT);
     assert!(
@@ -542,14 +555,14 @@ fn next_waiter_holds_without_a_round_trip(spec: &str, cli: Cli<'_>, key: &str) {
 #[test]
 fn the_next_waiter_in_another_process_holds_the_key_without_a_round_trip_of_its_own() {
     let server = RedisServer::start();
-    next_waiter_holds_without_a_round_trip(&server.url(), &|args| server.cli(args), "k");
-    wait_until_only_the_fence_is_left(&server);
+    next_waiter_holds_without_a_round_trip(&server.url(), &waitlist_len(&server), "k");
+    wait_until_only_the_fence_is_left(keys_of(&server));
 }
 
 #[test]
 fn a_grant_wakes_only_the_granted_client() {
     let server = RedisServer::start();
-    let cli = |args: &[&str]| server.cli(args);
+    let waitlist = waitlist_len(&server);
     let spec = server.url();
     let mut a = Instance::start("A", &spec);
     let mut line: Vec<Instance> = ["B", "C", "D"]
@@ -559,7 +572,7 @@ fn a_grant_wakes_only_the_granted_client() {
     let mut tokens = vec![a.hold("k")];
     for (place, waiter) in line.iter_mut().enumerate() {
         waiter.acquire("write", "k", Duration::from_secs(30), None);
-        wait_for_line(&cli, "k", place + 1);
+        wait_for_line(&waitlist, "k", place + 1);
     }
     // Each holder in turn releases; the next in line must hold the key, and nobody
     // behind it may have heard of it (nor of the confirmation the new holder sends in
@@ -604,32 +617,31 @@ fn a_grant_wakes_only_the_granted_client() {
         tokens.windows(2).all(|pair| pair[0] < pair[1]),
         "fencing tokens A, B, C, D do not increase: {tokens:?}"
     );
-    wait_until_only_the_fence_is_left(&server);
+    wait_until_only_the_fence_is_left(keys_of(&server));
 }
 
 /// A holds `key`, B then C wait; `fault` strikes B just before A releases; C must hold
 /// the key within [`PICK_UP_BOUND`]. Returns C and its token, still holding.
 fn grant_to_a_dead_waiter(
-    server: &RedisServer,
+    spec: &str,
+    waitlist: Waitlist<'_>,
     key: &str,
     fault: impl FnOnce(&mut Instance),
 ) -> (Instance, Instance, u64) {
-    let cli = |args: &[&str]| server.cli(args);
-    let spec = server.url();
-    let mut a = Instance::start("A", &spec);
-    let mut b = Instance::start("B", &spec);
-    let mut c = Instance::start("C", &spec);
+    let mut a = Instance::start("A", spec);
+    let mut b = Instance::start("B", spec);
+    let mut c = Instance::start("C", spec);
     let a_token = a.hold(key);
     b.acquire("write", key, Duration::from_secs(30), None);
-    wait_for_line(&cli, key, 1);
+    wait_for_line(waitlist, key, 1);
     c.acquire("write", key, Duration::from_secs(30), None);
-    wait_for_line(&cli, key, 2);
+    wait_for_line(waitlist, key, 2);
     fault(&mut b);
     let (released_at, _) = a.release();
     let (c_token, c_at) = c.acquired(ANSWER_LIMIT);
     assert!(
         since(c_at, released_at) < PICK_UP_BOUND,
-        "C held the key {:?} after A's release (the grant bound is reservation_grace + \
+        "{key}: C held the key {:?} after A's release (the grant bound is reservation_grace + \
          a round trip; the lease is {LEASE:?})",
         since(c_at, released_at)
     );
@@ -640,14 +652,16 @@ fn grant_to_a_dead_waiter(
 #[test]
 fn a_granted_waiter_killed_just_before_the_release_costs_at_most_the_grace() {
     let server = RedisServer::start();
+    let (spec, waitlist) = (server.url(), waitlist_len(&server));
 
     // Killed: the kernel closes its connections, Redis may or may not have seen it yet.
-    let (_, mut c, _) = grant_to_a_dead_waiter(&server, "killed", Instance::kill);
+    let (_, mut c, _) = grant_to_a_dead_waiter(&spec, &waitlist, "killed", Instance::kill);
     c.release();
 
     // Stopped: Redis still sees its connections, the grant is delivered and never
     // confirmed; it lapses after the grace.
-    let (mut b, mut c, c_token) = grant_to_a_dead_waiter(&server, "stopped", |b| b.signal("STOP"));
+    let (mut b, mut c, c_token) =
+        grant_to_a_dead_waiter(&spec, &waitlist, "stopped", |b| b.signal("STOP"));
     // B wakes up to a grant long lapsed: it must not think it holds the key while C does.
     b.signal("CONT");
     assert!(
@@ -664,13 +678,17 @@ fn a_granted_waiter_killed_just_before_the_release_costs_at_most_the_grace() {
         }
         other => panic!("B, resumed, did not get the key after C: {other:?}"),
     }
-    wait_until_only_the_fence_is_left(&server);
+    wait_until_only_the_fence_is_left(keys_of(&server));
 }
+
+/// When A releases, relative to the end of B's wait (or patience), in ms: the race
+/// between B giving up and the grant reaching it is a few ms wide.
+const OFFSETS_MS: [i64; 7] = [-30, -3, -1, 0, 1, 3, 30];
 
 #[test]
 fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
     let server = RedisServer::start();
-    let cli = |args: &[&str]| server.cli(args);
+    let waitlist = waitlist_len(&server);
     let spec = server.url();
     let mut a = Instance::start("A", &spec);
     let mut b = Instance::start("B", &spec);
@@ -678,8 +696,8 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
     // B's wait (or patience) ends this long after it started; A releases around then.
     let patience = Duration::from_millis(700);
     let mut seen = Vec::new();
-    for (round, offset_ms) in [-40i64, -10, 0, 10, 40].repeat(2).into_iter().enumerate() {
-        let cancel = round >= 5;
+    for (round, offset_ms) in OFFSETS_MS.repeat(2).into_iter().enumerate() {
+        let cancel = round >= OFFSETS_MS.len();
         let key = format!("k{round}");
         a.hold(&key);
         let b_started = if cancel {
@@ -687,9 +705,9 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
         } else {
             b.acquire("write", &key, patience, None)
         };
-        wait_for_line(&cli, &key, 1);
+        wait_for_line(&waitlist, &key, 1);
         c.acquire("write", &key, Duration::from_secs(30), None);
-        wait_for_line(&cli, &key, 2);
+        wait_for_line(&waitlist, &key, 2);
         let release_at =
             (b_started + patience.as_nanos() as u64).saturating_add_signed(offset_ms * 1_000_000);
         let in_time = now_ns() < release_at;
@@ -717,7 +735,7 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
             since(c_at, free_at)
         );
         c.release();
-        wait_until_only_the_fence_is_left(&server);
+        wait_until_only_the_fence_is_left(keys_of(&server));
         seen.push((offset_ms, cancel, in_time, b_outcome));
     }
     eprintln!("rounds (offset ms, cancelled, release scheduled in time, B's outcome): {seen:?}");
@@ -726,7 +744,7 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
 #[test]
 fn readers_behind_a_writer_all_get_in_when_it_releases() {
     let server = RedisServer::start();
-    let cli = |args: &[&str]| server.cli(args);
+    let waitlist = waitlist_len(&server);
     let spec = server.url();
     let mut writer = Instance::start("A", &spec);
     let mut readers: Vec<Instance> = ["R1", "R2", "R3"]
@@ -737,7 +755,7 @@ fn readers_behind_a_writer_all_get_in_when_it_releases() {
     let (writer_token, _) = writer.acquired(ANSWER_LIMIT);
     for (place, reader) in readers.iter_mut().enumerate() {
         reader.acquire("read", "doc", Duration::from_secs(30), None);
-        wait_for_line(&cli, "doc", place + 1);
+        wait_for_line(&waitlist, "doc", place + 1);
     }
     let (released_at, _) = writer.release();
     // Every reader holds its share before any lets go: together.
@@ -758,5 +776,97 @@ fn readers_behind_a_writer_all_get_in_when_it_releases() {
     for reader in &mut readers {
         reader.release();
     }
-    wait_until_only_the_fence_is_left(&server);
+    wait_until_only_the_fence_is_left(keys_of(&server));
+}
+
+// ---------------------------------------------------------------------------------
+// Cluster: the grant goes out on the key's shard (sharded pub/sub, SPUBLISH).
+
+/// How many wait on `key`'s waitlist on `cluster`: its name starts with a hash tag
+/// the client picks for the key's slot, so it is looked for on every node.
+fn cluster_waitlist_len(cluster: &RedisCluster) -> impl Fn(&str) -> usize + '_ {
+    move |key| {
+        cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let names = node.cli(&["KEYS", &format!("*redlock:waitlist:{key}")]);
+                names
+                    .lines()
+                    .filter(|name| !name.trim().is_empty())
+                    .map(|name| node.cli(&["ZCARD", name.trim()]).parse().unwrap_or(0))
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+/// Every key of every node of `cluster`.
+fn cluster_keys(cluster: &RedisCluster) -> impl Fn() -> Vec<String> + '_ {
+    move || {
+        cluster
+            .nodes
+            .iter()
+            .flat_map(|node| {
+                node.cli(&["KEYS", "*"])
+                    .lines()
+                    .map(|key| key.trim().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+fn cluster_spec(cluster: &RedisCluster) -> String {
+    format!("cluster:{}", cluster.urls().join(","))
+}
+
+#[test]
+fn on_a_cluster_the_next_waiter_in_another_process_holds_the_key_without_a_round_trip() {
+    let cluster = RedisCluster::start(3);
+    let waitlist = cluster_waitlist_len(&cluster);
+    let spec = cluster_spec(&cluster);
+    next_waiter_holds_without_a_round_trip(&spec, &waitlist, "{grant}k");
+    // A grant nobody picks up lapses after the grace on a cluster too.
+    let (mut b, mut c, _) =
+        grant_to_a_dead_waiter(&spec, &waitlist, "{grant}stopped", |b| b.signal("STOP"));
+    c.release();
+    b.kill();
+    wait_until_only_the_fence_is_left(cluster_keys(&cluster));
+}
+
+#[test]
+fn on_a_cluster_a_grant_reaches_a_waiter_whose_slot_moved_while_it_waited() {
+    let cluster = RedisCluster::start(3);
+    let waitlist = cluster_waitlist_len(&cluster);
+    let spec = cluster_spec(&cluster);
+    let key = "{moving}k";
+    let mut a = Instance::start("A", &spec);
+    let mut b = Instance::start("B", &spec);
+    let a_token = a.hold(key);
+    b.acquire("write", key, Duration::from_secs(30), None);
+    wait_for_line(&waitlist, key, 1);
+    // The lock, its waitlist and its fencing counter move to another master; B's
+    // subscription to its grant channel was on the old one (Redis unsubscribes it).
+    let slot = cluster.slot_of(key);
+    let source = cluster.master_of(key).expect("a master serves the key");
+    let target = (source + 1) % cluster.nodes.len();
+    cluster.start_migration(slot, source, target);
+    cluster.finish_migration(slot, source, target);
+    assert_eq!(
+        cluster.master_of(key),
+        Some(target),
+        "the slot did not move"
+    );
+    let (released_at, _) = a.release();
+    let (b_token, b_at) = b.acquired(ANSWER_LIMIT);
+    assert!(
+        since(b_at, released_at) < GRANT_BOUND,
+        "B held the key {:?} after A's release on the slot's new master (the lease is \
+         {LEASE:?})",
+        since(b_at, released_at)
+    );
+    assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
+    b.release();
+    wait_until_only_the_fence_is_left(cluster_keys(&cluster));
 }

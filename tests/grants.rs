@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlock_runtime::{LockClient, LockError, LockGuard};
-use redlock_testkit::{RedisCluster, RedisServer};
+use redlock_testkit::{RedisCluster, RedisServer, SentinelSetup};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
@@ -869,4 +869,82 @@ fn on_a_cluster_a_grant_reaches_a_waiter_whose_slot_moved_while_it_waited() {
     assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
     b.release();
     wait_until_only_the_fence_is_left(cluster_keys(&cluster));
+}
+
+// ---------------------------------------------------------------------------------
+// Sentinel: a failover while a grant is in flight.
+
+#[test]
+fn through_sentinel_a_failover_with_a_grant_in_flight_keeps_tokens_rising_and_nobody_stuck() {
+    let mut setup = SentinelSetup::start();
+    let spec = format!(
+        "sentinel:{}:{}",
+        redlock_testkit::sentinel::SERVICE,
+        setup.sentinel_urls().join(",")
+    );
+    let mut a = Instance::start("A", &spec);
+    let mut b = Instance::start("B", &spec);
+    let a_token = a.hold("k");
+    b.acquire("write", "k", Duration::from_secs(30), None);
+    wait_for_line(&waitlist_len(&setup.primary), "k", 1);
+    setup
+        .replica
+        .wait_until_caught_up_with(&setup.primary, ANSWER_LIMIT);
+    // The grant is made, and the primary killed before B's confirmation is known to
+    // have reached the replica (replication is asynchronous: it may or may not have).
+    a.release();
+    setup.fail_over();
+    // B holds the key: by the grant, or, if its message was lost with the primary, by
+    // an attempt on the new one once the lease it was told ends at the latest.
+    let (b_token, _) = b.acquired(LEASE + ANSWER_LIMIT);
+    assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
+    let mut c = Instance::start("C", &spec);
+    c.acquire("write", "k", Duration::from_secs(30), None);
+    std::thread::sleep(Duration::from_millis(300));
+    // B's lock may have been lost in the failover (documented); its release says so
+    // rather than hang.
+    b.send("release");
+    let b_release = b.expect(&["released"], ANSWER_LIMIT);
+    assert!(
+        matches!(
+            b_release.fields.get(2).map(String::as_str),
+            Some("ok" | "Lost")
+        ),
+        "B's release after the failover: {b_release:?}"
+    );
+    let (c_token, _) = c.acquired(LEASE + ANSWER_LIMIT);
+    assert!(c_token > b_token, "C's token {c_token} <= B's {b_token}");
+    c.release();
+    wait_until_only_the_fence_is_left(keys_of(&setup.replica));
+}
+
+#[test]
+fn through_sentinel_a_waiter_is_granted_the_key_on_the_new_primary_after_a_failover() {
+    let mut setup = SentinelSetup::start();
+    let spec = format!(
+        "sentinel:{}:{}",
+        redlock_testkit::sentinel::SERVICE,
+        setup.sentinel_urls().join(",")
+    );
+    let mut a = Instance::start("A", &spec);
+    let mut b = Instance::start("B", &spec);
+    let a_token = a.hold("k");
+    b.acquire("write", "k", Duration::from_secs(30), None);
+    wait_for_line(&waitlist_len(&setup.primary), "k", 1);
+    setup
+        .replica
+        .wait_until_caught_up_with(&setup.primary, ANSWER_LIMIT);
+    // The lock and B's place in line survive on the promoted replica; B's grant
+    // channel was subscribed on the old primary.
+    setup.fail_over();
+    let (released_at, _) = a.release();
+    let (b_token, b_at) = b.acquired(LEASE + ANSWER_LIMIT);
+    assert!(
+        since(b_at, released_at) < GRANT_BOUND,
+        "B held the key {:?} after A's release on the new primary (the lease is {LEASE:?})",
+        since(b_at, released_at)
+    );
+    assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
+    b.release();
+    wait_until_only_the_fence_is_left(keys_of(&setup.replica));
 }

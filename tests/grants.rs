@@ -129,7 +129,7 @@ fn variant(error: &LockError) -> String {
 }
 
 /// An instance: one client, at most one lock held, driven by commands on stdin:
-/// - `acquire <write|read> <key> <wait ms> <lease ms> <patience ms>`: answers `started
+/// - `acquire <write|read|permits:N> <key> <wait ms> <lease ms> <patience ms>`: answers `started
 ///   <ns>` at once, then `acquired <token> <ns>`, `failed <variant> <ns>`, or, when the
 ///   acquisition is dropped after `patience` (0: never), `cancelled <ns>`;
 /// - `release` / `release_at <ns>` (at that system time): `released <start ns> <end
@@ -178,8 +178,9 @@ async fn serve(spec: String, stamps: Stamps) {
         match words.as_slice() {
             ["acquire", mode, key, wait, lease, patience] => {
                 let ms = |text: &str| Duration::from_millis(text.parse().expect("ms"));
-                let request = match *mode {
-                    "read" => client.read_lock(*key),
+                let request = match (*mode, mode.strip_prefix("permits:")) {
+                    (_, Some(permits)) => client.semaphore(*key, permits.parse().expect("permits")),
+                    ("read", _) => client.read_lock(*key),
                     _ => client.lock(*key),
                 }
                 .wait(ms(wait))
@@ -947,4 +948,84 @@ fn through_sentinel_a_waiter_is_granted_the_key_on_the_new_primary_after_a_failo
     assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
     b.release();
     wait_until_only_the_fence_is_left(keys_of(&setup.replica));
+}
+
+#[test]
+fn permits_freed_in_one_process_go_to_as_many_waiters_in_others() {
+    let server = RedisServer::start();
+    let spec = server.url();
+    let mode = "permits:2";
+    let mut holders: Vec<Instance> = ["H1", "H2"]
+        .iter()
+        .map(|name| Instance::start(name, &spec))
+        .collect();
+    let mut waiters: Vec<Instance> = ["W1", "W2", "W3"]
+        .iter()
+        .map(|name| Instance::start(name, &spec))
+        .collect();
+    let mut tokens = Vec::new();
+    for holder in &mut holders {
+        holder.acquire(mode, "pool", Duration::from_secs(5), None);
+        tokens.push(holder.acquired(ANSWER_LIMIT).0);
+    }
+    for waiter in &mut waiters {
+        waiter.acquire(mode, "pool", Duration::from_secs(30), None);
+        // Its first attempt found both permits taken: it waits.
+        wait_until(ANSWER_LIMIT, &format!("{} to wait", waiter.name), || {
+            waiter.events("script_answered", 0, u64::MAX) >= 1
+        });
+    }
+    // Each permit freed goes to one waiter (which one is not said across processes),
+    // long before the holders' leases would have ended; never to two.
+    let mut holding = Vec::new();
+    for holder in &mut holders {
+        let (released_at, _) = holder.release();
+        let deadline = Instant::now() + GRANT_BOUND;
+        let got = loop {
+            let answered = waiters.iter_mut().enumerate().find_map(|(at, waiter)| {
+                let reply = waiter.poll(&["acquired", "failed"], Duration::ZERO)?;
+                Some((at, reply))
+            });
+            if let Some((at, reply)) = answered {
+                assert_eq!(reply.kind, "acquired", "{}: {reply:?}", waiters[at].name);
+                assert!(
+                    since(reply.number(1), released_at) < GRANT_BOUND,
+                    "{} got the permit {:?} after it was freed",
+                    waiters[at].name,
+                    since(reply.number(1), released_at)
+                );
+                tokens.push(reply.number(0));
+                break waiters.remove(at);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no waiter got the permit freed by {} within {GRANT_BOUND:?}",
+                holder.name
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        holding.push(got);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let last = &mut waiters[0];
+    assert!(
+        last.poll(&["acquired"], Duration::ZERO).is_none(),
+        "{} got a third permit of two",
+        last.name
+    );
+    holding[0].release();
+    let (token, _) = last.acquired(ANSWER_LIMIT);
+    tokens.push(token);
+    for holder in holding.iter_mut().skip(1).chain(waiters.iter_mut()) {
+        holder.release();
+    }
+    let mut sorted = tokens.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        5,
+        "a fencing token was given twice: {tokens:?}"
+    );
+    wait_until_only_the_fence_is_left(keys_of(&server));
 }

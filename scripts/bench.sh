@@ -8,9 +8,19 @@
 # throughput scenarios also say where a cycle's time goes (Redis time by command and
 # script, client CPU, the remainder); the distinct-key scenario runs at 1, 4, 16 and 64
 # tasks, then again with a tracing subscriber at INFO (last: it cannot be removed).
+# The distributed scenario runs separate OS processes (the benchmark binary run again,
+# a client each) on one key, at 2, 16 and 48 processes, redlock then rslock, each
+# process taking the key 20 times and holding it about 1 ms; it reports utilisation,
+# the gap from one hold's release call to the next hold's acquire return, whoever
+# holds next (p50, p99, in µs and PING round trips; also from the release's reply, and
+# where the next holder is another process), wait p99, fairness
+# (longest / median total wait of a process), Redis commands per acquisition (INFO
+# total_commands_processed over the loops, scripts' calls included), client CPU per
+# acquisition summed over the processes' loops, and overlapping holds (violations).
 # scripts/profile.sh profiles the uncontended path.
 #
-#   scripts/bench.sh                   # the full run (about 75 s here)
+#   scripts/bench.sh                   # the full run (about 75 s here, plus about
+#                                      # 10 s for the distributed scenario)
 #   scripts/bench.sh --quick           # a quarter of the iterations, to try things out
 #   scripts/bench.sh --current-thread  # a current-thread tokio runtime instead
 #   scripts/bench.sh --svg PATH        # write the plot elsewhere
@@ -19,6 +29,9 @@
 #                                      # benches/locks/main.rs); the plot needs handoff
 #   scripts/bench.sh --only distinct_keys,tracing_info
 #                                      # the task-count and tracing rows alone
+#   scripts/bench.sh --only distributed [--distributed-holds 20]
+#                                      # separate processes on one key alone (about
+#                                      # 10 s here); holds per process
 #   scripts/bench.sh --trace-handoff   # only the hand-off at 2/16/64/256 waiters, each
 #                                      # split into its steps (benches/locks/handoff_trace.rs)
 set -euo pipefail

@@ -538,11 +538,57 @@ async fn a_hand_off_between_two_tasks_of_a_client_is_counted_and_waiters_are_gau
     first.release().await.unwrap();
     let second = second.await.unwrap();
     assert_eq!(waiting(), 0.0);
-    assert_eq!(counter(HANDOFFS, &[("lock", label)]), 1);
+    assert_eq!(
+        counter(HANDOFFS, &[("lock", label), ("kind", "hand_off")]),
+        1
+    );
     // Nobody waits now: released in Redis, no hand-off.
     second.release().await.unwrap();
-    assert_eq!(counter(HANDOFFS, &[("lock", label)]), 1);
+    assert_eq!(
+        counter(HANDOFFS, &[("lock", label), ("kind", "hand_off")]),
+        1
+    );
     assert_eq!(histogram(HOLD, &[("lock", label)]).len(), 2);
+}
+
+#[tokio::test]
+async fn a_grant_from_another_clients_release_is_counted_by_the_client_it_went_to() {
+    record();
+    let server = RedisServer::start();
+    let (holder, waiter) = (client(&server).await, client(&server).await);
+    let label = "m-grant";
+    let grants = || counter(HANDOFFS, &[("lock", label), ("kind", "grant")]);
+    let held = holder
+        .lock("m:grant")
+        .label(label)
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let next = tokio::spawn(async move {
+        waiter
+            .lock("m:grant")
+            .label(label)
+            .wait(PATIENCE)
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+    });
+    until("the waiter registered", || {
+        server.cli(&["ZCARD", "redlock:waitlist:m:grant"]).trim() == "1"
+    })
+    .await;
+    held.release().await.unwrap();
+    let next = next.await.unwrap();
+    assert_eq!(grants(), 1);
+    assert_eq!(
+        counter(HANDOFFS, &[("lock", label), ("kind", "hand_off")]),
+        0
+    );
+    // Nobody waits now: released in Redis, granted to no one.
+    next.release().await.unwrap();
+    assert_eq!(grants(), 1);
 }
 
 #[tokio::test]

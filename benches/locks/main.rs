@@ -6,7 +6,10 @@
 //! `cargo bench --bench locks [-- --svg PATH] [-- --quick] [-- --only NAME,NAME]`
 //! (see `scripts/bench.sh`); `-- --profile SECONDS` runs only redlock's uncontended
 //! cycles, for a profiler (see `scripts/profile.sh`); `-- --trace-handoff` splits a
-//! hand-off's time into its steps (see `handoff_trace`).
+//! hand-off's time into its steps (see `handoff_trace`); `-- --distributed-holds N`
+//! sets the holds per process of the distributed scenario. Run with
+//! `REDLOCK_BENCH_DISTRIBUTED_CHILD` set, the binary is one of that scenario's child
+//! processes instead (see `distributed`).
 //!
 //! Each scenario is a module of its own; `run` below calls them in the order the
 //! figures appear, which is also the order they are measured in. `--only` runs the
@@ -17,6 +20,7 @@ mod contention;
 mod context;
 mod cost;
 mod distinct_keys;
+mod distributed;
 mod handoff;
 mod handoff_trace;
 mod monitor;
@@ -40,7 +44,7 @@ use uncontended::Uncontended;
 
 /// The scenarios `--only` can name, in the order they run. `tracing_info` installs a
 /// global tracing subscriber, which cannot be removed: it stays last.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "uncontended",
     "throughput",
     "contention",
@@ -50,6 +54,7 @@ const SCENARIOS: [&str; 11] = [
     "read_throughput",
     "writer_wait",
     "semaphore_handoff",
+    "distributed",
     "distinct_keys",
     "tracing_info",
 ];
@@ -66,6 +71,8 @@ struct Options {
     profile: Option<f64>,
     /// `--trace-handoff`: only the hand-off runs, timed step by step.
     trace_handoff: bool,
+    /// `--distributed-holds N`: holds per process of the distributed scenario.
+    distributed_holds: Option<usize>,
 }
 
 impl Options {
@@ -77,6 +84,7 @@ impl Options {
             only: None,
             profile: None,
             trace_handoff: false,
+            distributed_holds: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -88,6 +96,14 @@ impl Options {
                 "--profile" => {
                     let seconds = args.next().expect("--profile needs a number of seconds");
                     options.profile = Some(seconds.parse().expect("--profile SECONDS"));
+                }
+                "--distributed-holds" => {
+                    let holds = args.next().expect("--distributed-holds needs a number");
+                    options.distributed_holds = Some(
+                        holds
+                            .parse()
+                            .expect("--distributed-holds N (holds per process)"),
+                    );
                 }
                 "--only" => {
                     let names = args.next().expect("--only needs scenario names");
@@ -116,6 +132,11 @@ impl Options {
 }
 
 fn main() {
+    // A child process of the distributed scenario: this binary run again by it.
+    if let Ok(spec) = std::env::var(distributed::CHILD_ENV) {
+        distributed::child(&spec);
+        return;
+    }
     let options = Options::parse();
     let mut builder = if options.current_thread {
         tokio::runtime::Builder::new_current_thread()
@@ -186,6 +207,10 @@ async fn run(options: Options) {
     }
     if options.runs("semaphore_handoff") {
         semaphore_handoff::run(&mut bench, handoff_curves.as_ref()).await;
+    }
+    // Separate processes, a client each, on one key (redlock and rslock).
+    if options.runs("distributed") {
+        distributed::run(&mut bench, options.distributed_holds).await;
     }
     // Last: the same scenario without, then with a tracing subscriber (a global one
     // cannot be removed, so nothing may run after it).

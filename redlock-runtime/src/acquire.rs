@@ -278,7 +278,18 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                 return plan.into_guard(owner, fencing_token, sent_at, turn);
             }
             Ok(Outcome::Busy { ttl, split, .. }) => {
-                attempts.wait_for_news(sent_at, ttl, split).await?
+                if let Some(grant) = attempts.wait_for_news(sent_at, ttl, split).await? {
+                    let place = attempts
+                        .place
+                        .as_mut()
+                        .expect("a grant names a waitlist place");
+                    // The release that granted it took the place off the line.
+                    place.left = true;
+                    let owner = place.id.clone();
+                    let granted_at = place.granted_at(grant.after);
+                    drop(attempts);
+                    return plan.into_granted_guard(owner, grant.fencing_token, granted_at, turn);
+                }
             }
             Ok(Outcome::NoQuorum { reached }) => {
                 let needed = plan.core.masters().quorum();
@@ -394,6 +405,26 @@ impl<K: Kind> Plan<K> {
         }
     }
 
+    /// The guard of a lock a release granted (see `notify::Release::Granted`): held for
+    /// the grace from `granted_at` until its confirmation, sent now, extends it to the
+    /// lease.
+    fn into_granted_guard(
+        self,
+        owner: String,
+        fencing_token: u64,
+        granted_at: Instant,
+        turn: Option<LocalTurn>,
+    ) -> Result<LockGuard, LockError> {
+        let grace = self.core.config().reservation_grace.min(self.lease);
+        let (lease, lease_ms) = (self.lease, self.lease_ms);
+        let label = self.label.clone();
+        let guard = self.into_guard_valid_for(owner, fencing_token, granted_at, grace, turn)?;
+        guard.confirm_grant(lease, lease_ms);
+        metrics::granted(&label);
+        tracing::trace!(name: "granted", target: metrics::TIMING, key = %guard.key(), "redlock: granted by a release");
+        Ok(guard)
+    }
+
     fn into_guard(
         self,
         owner: String,
@@ -401,7 +432,19 @@ impl<K: Kind> Plan<K> {
         sent_at: Instant,
         turn: Option<LocalTurn>,
     ) -> Result<LockGuard, LockError> {
-        let valid_for = self.core.masters().validity(self.lease);
+        let lease = self.lease;
+        self.into_guard_valid_for(owner, fencing_token, sent_at, lease, turn)
+    }
+
+    fn into_guard_valid_for(
+        self,
+        owner: String,
+        fencing_token: u64,
+        sent_at: Instant,
+        lease: Duration,
+        turn: Option<LocalTurn>,
+    ) -> Result<LockGuard, LockError> {
+        let valid_for = self.core.masters().validity(lease);
         // A share passes the turn on at once: the client's next task may share the key.
         let turn = match self.kind.shares() {
             None => turn,
@@ -451,7 +494,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             .kind
             .waitlist_id_prefix()
             .filter(|_| plan.core.masters().keeps_waitlist() && Instant::now() < plan.deadline)
-            .map(|prefix| WaitlistPlace::new(&plan.core, &plan.key, prefix));
+            .map(|prefix| WaitlistPlace::new(&plan.core, &plan.key, prefix, plan.lease_ms));
         Attempts {
             plan,
             baton,
@@ -478,12 +521,15 @@ impl<'a, K: Kind> Attempts<'a, K> {
             .place
             .as_mut()
             .map(|place| std::mem::replace(&mut place.registered, true));
+        if let (Some(place), Some(false)) = (self.place.as_mut(), was_registered) {
+            place.first_sent = Some(sent_at);
+        }
         let waiter = self
             .place
             .as_ref()
             .zip(was_registered)
             .map(|(place, registered)| Waiter {
-                id: &place.id,
+                id: &place.member,
                 registered,
             });
         // Armed until the outcome is known: dropped mid-way (during the script, a
@@ -543,7 +589,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
         sent_at: Instant,
         ttl: Duration,
         split: bool,
-    ) -> Result<(), LockError> {
+    ) -> Result<Option<Grant>, LockError> {
         let plan = self.plan;
         self.backoff = RETRY_BACKOFF.0;
         if Instant::now() >= plan.deadline {
@@ -551,14 +597,14 @@ impl<'a, K: Kind> Attempts<'a, K> {
         }
         self.count_as_waiting();
         if self.listeners.is_empty() {
-            let id = self.place.as_ref().map(|place| place.id.clone());
+            let place = self.place.as_ref();
             let (fresh, live) =
-                listen_everywhere(&plan.core, &plan.key, id, sent_at, plan.deadline).await;
+                listen_everywhere(&plan.core, &plan.key, place, sent_at, plan.deadline).await;
             self.listeners = fresh;
             if !live {
                 // A fresh subscription: try again at once, since a release published
-                // between the attempt and the subscription was missed.
-                return Ok(());
+                // (or a grant made) between the attempt and the subscription was missed.
+                return Ok(None);
             }
         }
         let lease_end = sent_at + ttl + Duration::from_millis(1);
@@ -575,6 +621,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             let grace = plan.core.config().reservation_grace;
             tokio::select! {
                 (news, _, _) = released => match wake_on(news, Instant::now(), grace) {
+                    Wake::Granted(grant) => return Ok(Some(grant)),
                     Wake::Now => break,
                     Wake::By(at) => fallback = Some(at),
                     Wake::AtLeaseEnd => fallback = None,
@@ -588,7 +635,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             let jitter = Duration::from_micros((uuid::Uuid::new_v4().as_u128() % 20_000) as u64);
             tokio::time::sleep_until((Instant::now() + jitter).min(plan.deadline)).await;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Redis (or a majority of the masters) did not answer: pauses before the next
@@ -616,6 +663,8 @@ impl<K> Attempts<'_, K> {
 /// When a waiter should try again after a release message.
 #[derive(Debug, PartialEq, Eq)]
 enum Wake {
+    /// A release made this waiter the holder.
+    Granted(Grant),
     Now,
     /// Not later than this (the lease or reservation it names may end sooner than the
     /// lease the waiter was told).
@@ -624,10 +673,25 @@ enum Wake {
     AtLeaseEnd,
 }
 
+/// A release granted the key to this waiter (see `notify::Release::Granted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grant {
+    fencing_token: u64,
+    /// When, after the waiter's registration, by the server's clock.
+    after: Duration,
+}
+
 /// What a release message means for a waiter's sleep.
 fn wake_on(news: Release, now: Instant, grace: Duration) -> Wake {
     let margin = Duration::from_millis(1);
     match news {
+        Release::Granted {
+            fencing_token,
+            after,
+        } => Wake::Granted(Grant {
+            fencing_token,
+            after,
+        }),
         Release::Free | Release::ForUs => Wake::Now,
         // Reserved for the client that waited longest: wait, but not past the
         // reservation, in case that client died.
@@ -647,24 +711,40 @@ fn wake_on(news: Release, now: Instant, grace: Duration) -> Wake {
 async fn listen_everywhere(
     client: &Core,
     key: &str,
-    waiter_id: Option<String>,
+    place: Option<&WaitlistPlace<'_>>,
     since: Instant,
     deadline: Instant,
 ) -> (Vec<Listener>, bool) {
     let mut all_live = true;
-    let (listeners, confirmations): (Vec<_>, Vec<_>) = client
+    let member = place.map(|place| place.member.clone());
+    let (mut listeners, mut confirmations): (Vec<_>, Vec<_>) = client
         .masters()
         .nodes()
         .iter()
         .map(|node| {
-            let (listener, confirmed, live) = node.listen(key, waiter_id.clone(), since);
+            let (listener, confirmed, live) = node.listen(key, member.clone(), since);
             all_live &= live;
+            let confirmed: Pin<Box<dyn Future<Output = redis::RedisResult<()>> + Send>> =
+                Box::pin(confirmed);
             (listener, confirmed)
         })
         .unzip();
     // A majority of confirmed subscriptions hears every release (RedLock publishes on
     // every master): a master that hangs must not hold the waiter up.
-    let needed = client.masters().quorum();
+    let mut needed = client.masters().quorum();
+    // A waiter that may be granted the key (one server: see `scripts`' `free_for_next`)
+    // listens on its client's grant channel too, and needs both subscriptions.
+    if let (Some(place), [node]) = (
+        place.filter(|place| place.grantable()),
+        client.masters().nodes(),
+    ) {
+        let (listener, confirmed, live) =
+            node.listen_for_grants(key, place.client_id(), place.member.clone(), since);
+        all_live &= live;
+        listeners.push(listener);
+        confirmations.push(Box::pin(confirmed));
+        needed = confirmations.len();
+    }
     let mut pending: futures_util::stream::FuturesUnordered<_> =
         confirmations.into_iter().collect();
     let confirmed = async {
@@ -689,21 +769,60 @@ async fn listen_everywhere(
 struct WaitlistPlace<'a> {
     client: &'a Arc<Core>,
     key: &'a str,
+    /// The waiter's id: an owner token (or a reader's `r:` and one), the owner of the
+    /// lock if a release grants it.
     id: String,
+    /// How it stands on the waitlist: `<id> <lease ms> <client name>` for a waiter that
+    /// can be granted the key, its id alone for one that takes a reservation (a reader).
+    member: String,
+    /// When its first attempt was sent: no later than its registration.
+    first_sent: Option<Instant>,
     /// An attempt carrying the id was sent: the waitlist may hold it.
     registered: bool,
     left: bool,
 }
 
 impl<'a> WaitlistPlace<'a> {
-    fn new(client: &'a Arc<Core>, key: &'a str, prefix: &str) -> Self {
+    fn new(client: &'a Arc<Core>, key: &'a str, prefix: &str, lease_ms: u64) -> Self {
+        let id = client.fresh_token_after(prefix);
+        let member = if prefix.is_empty() {
+            format!("{id} {lease_ms} {}", client.config().name)
+        } else {
+            id.clone()
+        };
         WaitlistPlace {
             client,
             key,
-            id: client.fresh_token_after(prefix),
+            id,
+            member,
+            first_sent: None,
             registered: false,
             left: false,
         }
+    }
+
+    /// A release may grant this waiter the key (rather than reserve it).
+    fn grantable(&self) -> bool {
+        self.member.len() > self.id.len()
+    }
+
+    /// The id of its client: the hex digits before the `:` of its id.
+    fn client_id(&self) -> &str {
+        self.id.split(':').next().unwrap_or_default()
+    }
+
+    /// When a grant that came `after` this waiter's registration (by the server's
+    /// clock) was made, at the earliest, by this process's clock: its first attempt was
+    /// sent before it registered, and the clocks' rates may differ by 0.1 % (NTP slews
+    /// a clock by 0.05 % at most), with a millisecond for the server's rounding. Never
+    /// later than now.
+    fn granted_at(&self, after: Duration) -> Instant {
+        let now = Instant::now();
+        let Some(first_sent) = self.first_sent else {
+            return now;
+        };
+        let allowance = after / 1_000 + Duration::from_millis(1);
+        (first_sent + after.saturating_sub(allowance)).min(now)
     }
 }
 
@@ -714,8 +833,8 @@ impl Drop for WaitlistPlace<'_> {
         }
         drop(SpawnOnDrop::new(|| {
             let (client, key) = (self.client.clone(), self.key.to_owned());
-            let id = std::mem::take(&mut self.id);
-            async move { client.masters().leave_waitlist(&key, &id).await }
+            let member = std::mem::take(&mut self.member);
+            async move { client.masters().leave_waitlist(&key, &member).await }
         }));
     }
 }

@@ -131,6 +131,14 @@ impl Connection {
         self.companion(scripts::RELEASE_CHANNEL_PREFIX, key)
     }
 
+    /// The channel on which releases grant `key` to a waiter of the client whose id
+    /// (the hex digits its owner tokens start with) is `client` (see
+    /// `scripts::GRANT_CHANNEL_PREFIX`; in the key's slot on a cluster).
+    pub(crate) fn grant_channel(&self, key: &str, client: &str) -> String {
+        let prefix = format!("{}{client}:", scripts::GRANT_CHANNEL_PREFIX);
+        self.companion(&prefix, key)
+    }
+
     /// The first of [`Self::waitlist_keys`] alone.
     pub(crate) fn waitlist_key(&self, key: &str) -> String {
         self.companion(scripts::WAITLIST_PREFIX, key)

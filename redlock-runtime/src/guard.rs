@@ -103,6 +103,48 @@ impl LockGuard {
         }
     }
 
+    /// Confirms a lock granted by another client's release (see `scripts`'
+    /// `free_for_next`), which holds it for the grace only: extends it to `lease` in the
+    /// background, so that the holder's work starts at once. The extension is queued on
+    /// the connection before this returns, ahead of any release of the guard. Until it
+    /// is answered the lock is surely ours for the grace counted from the grant; if it
+    /// finds the lock gone (the grant lapsed first), the lock is lost.
+    pub(crate) fn confirm_grant(&self, lease: Duration, lease_ms: u64) {
+        let Some(held) = &self.held else {
+            return;
+        };
+        let (client, lock, key) = (held.client.clone(), held.lock.clone(), self.key.clone());
+        let valid_for = client.masters().validity(lease);
+        let sent_at = Instant::now();
+        let ticket = lock.state.start_update();
+        let mut confirmation = Box::pin(async move {
+            let extended = client.masters().extend(&key, &lock.owner, lease_ms).await;
+            let ours = matches!(extended, Ok(Verdict::Ours));
+            lock.state.finish_update(ticket, sent_at, valid_for, ours);
+            match extended {
+                Ok(Verdict::Ours) => {}
+                Ok(verdict) if !lock.state.has_ended() => {
+                    tracing::warn!(%key, "redlock.lost: the grant lapsed before it was confirmed");
+                    lock.state.found_gone(verdict);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%key, error = %error.into_lock_error(&key, client.masters()), "redlock: a grant's confirmation got no answer; it holds for the grace");
+                }
+            }
+        });
+        // One poll sends the extension, so that it reaches Redis before a release the
+        // guard may send right after this.
+        let waker = std::task::Waker::noop();
+        let polled = std::future::Future::poll(
+            confirmation.as_mut(),
+            &mut std::task::Context::from_waker(waker),
+        );
+        if polled.is_pending() {
+            tokio::spawn(confirmation);
+        }
+    }
+
     /// The shared state of the lock (for `current_lock()`).
     pub(crate) fn state(&self) -> Option<Arc<LockState>> {
         self.held.as_ref().map(|held| held.lock.state.clone())

@@ -162,7 +162,13 @@ mod on {
 
     /// A lock went to the next task of its client (see `hand_off`).
     pub(crate) fn handed_off(label: &Label) {
-        counter!(HANDOFFS, "lock" => label.value()).increment(1);
+        counter!(HANDOFFS, "lock" => label.value(), "kind" => "hand_off").increment(1);
+    }
+
+    /// A lock came to this client by a grant: another client's release (or its own,
+    /// through Redis) made it the holder (see `scripts`' `free_for_next`).
+    pub(crate) fn granted(label: &Label) {
+        counter!(HANDOFFS, "lock" => label.value(), "kind" => "grant").increment(1);
     }
 
     /// One task counted in `redlock_waiting` for as long as this lives.
@@ -263,6 +269,9 @@ mod off {
 
     #[inline]
     pub(crate) fn handed_off(_label: &Label) {}
+
+    #[inline]
+    pub(crate) fn granted(_label: &Label) {}
 
     #[derive(Debug)]
     pub(crate) struct Waiting;

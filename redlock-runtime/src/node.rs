@@ -233,6 +233,26 @@ impl Node {
             .listen(self.connection.release_channel(key), waiter_id, since)
     }
 
+    /// Registers `member`'s interest in grants of `key` on this server (see
+    /// `scripts::GRANT_CHANNEL_PREFIX`): `client` is its client's id.
+    pub(crate) fn listen_for_grants(
+        &self,
+        key: &str,
+        client: &str,
+        member: String,
+        since: Instant,
+    ) -> (
+        Listener,
+        impl Future<Output = RedisResult<()>> + use<>,
+        bool,
+    ) {
+        self.notifications.listen(
+            self.connection.grant_channel(key, client),
+            Some(member),
+            since,
+        )
+    }
+
     /// One run of the acquire script. If this future is dropped or fails while Redis
     /// may have run the script, the caller cleans up (see `acquire`).
     pub(crate) async fn acquire(
@@ -358,7 +378,7 @@ impl Node {
         owner: &str,
         keep_ms: u64,
     ) -> RedisResult<Verdict> {
-        while_slot_moves(self.response_timeout, || {
+        let reply = while_slot_moves(self.response_timeout, || {
             release_on(
                 self.connection.clone(),
                 self.waitlist,
@@ -368,27 +388,75 @@ impl Node {
                 self.publish_every_release,
             )
         })
-        .await
-        .map(Verdict::of_reply)
+        .await?;
+        if reply == GRANTED {
+            self.watch_grant(key);
+        }
+        Ok(Verdict::of_reply(reply))
     }
 
-    /// Takes a waiter that gave up off `key`'s waitlist (passing on a reservation
-    /// made for it meanwhile).
+    /// Takes a waiter that gave up off `key`'s waitlist (passing on a reservation or a
+    /// grant made for it meanwhile).
     pub(crate) async fn leave_waitlist(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
-        let mut connection = self.connection.clone();
-        let [waitlist, expiries] = self.connection.waitlist_keys(key);
-        scripts::LEAVE_WAITLIST
-            .key(key)
-            .key(waitlist)
-            .key(expiries)
-            .arg(waiter_id)
-            .arg("")
-            .arg(self.connection.release_channel(key))
-            .arg(self.connection.publish_command())
-            .arg(self.waitlist.reservation_ms)
-            .invoke_async::<i64>(&mut connection)
-            .await
-            .map(drop)
+        let reply = self
+            .waitlist_script(&scripts::LEAVE_WAITLIST, key, waiter_id)
+            .await?;
+        if reply == GRANTED {
+            self.watch_grant(key);
+        }
+        Ok(())
+    }
+
+    /// Runs `script` (LEAVE_WAITLIST's keys and arguments) for `key`.
+    async fn waitlist_script(
+        &self,
+        script: &redis::Script,
+        key: &str,
+        waiter_id: &str,
+    ) -> RedisResult<i64> {
+        waitlist_script_on(
+            self.connection.clone(),
+            self.waitlist,
+            script,
+            key,
+            waiter_id,
+        )
+        .await
+    }
+
+    /// A release of ours granted `key` to a waiter of another client (or of this one):
+    /// should nobody confirm the grant (its process gone, stopped or cut off without
+    /// Redis knowing yet), it lapses with the grace, and then the next in line must not
+    /// wait for the lease it was told. So, a little after the grace, the key is freed
+    /// for the next in line if it is free while someone waits (`scripts::LAPSED_GRANT`),
+    /// again for as long as that grants it anew. A runtime shutting down drops this
+    /// check: the waiters then retry when the lease they were told ends.
+    fn watch_grant(&self, key: &str) {
+        let connection = self.connection.clone();
+        let timings = self.waitlist;
+        let key = key.to_owned();
+        let after = Duration::from_millis(timings.reservation_ms + GRANT_CHECK_MARGIN_MS);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(after).await;
+                let checked = waitlist_script_on(
+                    connection.clone(),
+                    timings,
+                    &scripts::LAPSED_GRANT,
+                    &key,
+                    "",
+                )
+                .await;
+                match checked {
+                    Ok(GRANTED) => continue,
+                    Ok(_) => return,
+                    Err(error) => {
+                        tracing::debug!(%error, %key, "redlock: could not check a grant; waiters fall back on their lease timers");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// The lock on `key`, if one is held (or kept for `hold_at_least`).
@@ -673,6 +741,37 @@ fn verdict_of(reply: RedisResult<i64>) -> Option<Verdict> {
     }
 }
 
+/// The reply of the release, leave-waitlist and lapsed-grant scripts when they granted
+/// the key to the next in line (see `scripts::GRANT_CHANNEL_PREFIX`).
+const GRANTED: i64 = 3;
+
+/// How long after the grace the releasing client checks for a grant nobody confirmed
+/// (ms): the grantee's confirmation, sent as the message arrived, is answered by then
+/// unless it is gone or far behind.
+const GRANT_CHECK_MARGIN_MS: u64 = 5;
+
+async fn waitlist_script_on(
+    mut connection: Connection,
+    timings: WaitlistTimings,
+    script: &redis::Script,
+    key: &str,
+    waiter_id: &str,
+) -> RedisResult<i64> {
+    let [waitlist, expiries] = connection.waitlist_keys(key);
+    script
+        .key(key)
+        .key(waitlist)
+        .key(expiries)
+        .key(connection.fence_key(key).as_ref())
+        .arg(waiter_id)
+        .arg("")
+        .arg(connection.release_channel(key))
+        .arg(connection.publish_command())
+        .arg(timings.reservation_ms)
+        .invoke_async::<i64>(&mut connection)
+        .await
+}
+
 async fn release_on(
     mut connection: Connection,
     timings: WaitlistTimings,
@@ -692,7 +791,8 @@ async fn release_on(
             .key(expiries)
             .key(forced)
             .key(connection.holders_key(key))
-            .key(connection.names_key(key));
+            .key(connection.names_key(key))
+            .key(connection.fence_key(key).as_ref());
     } else {
         script.key(connection.waitlist_key(key));
     }

@@ -64,6 +64,10 @@ pub(crate) enum Release {
     /// The holder released early but keeps the key this much longer (`hold_at_least`):
     /// try when that ends.
     Kept(Duration),
+    /// A release granted the key to this client's waiter (see `scripts`'
+    /// `free_for_next`): it holds it, with this fencing token, since a moment `after`
+    /// its registration (by the server's clock).
+    Granted { fencing_token: u64, after: Duration },
 }
 
 impl Release {
@@ -76,14 +80,39 @@ impl Release {
                 Release::ForUs
             }
             [b'R', b':', ..] => Release::ForAnother,
+            [b'G', b' ', grant @ ..] => Release::grant(grant, ours),
             _ => Release::Free,
+        }
+    }
+
+    /// `<id> <token> <ms after registration>`: ours when one of `ours` (waitlist
+    /// members, `<id> <lease> <name>`) has that id. A grant for a waiter of this client
+    /// that is gone is no news for the others: the waiter's leaving passes it on.
+    fn grant(text: &[u8], ours: &[String]) -> Self {
+        let mut words = text.split(|&byte| byte == b' ');
+        let (Some(id), Some(token), Some(after)) = (words.next(), words.next(), words.next())
+        else {
+            return Release::Taken(None);
+        };
+        let is_ours = ours.iter().any(|member| {
+            let member = member.as_bytes();
+            member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
+        });
+        let token = std::str::from_utf8(token).ok().and_then(|t| t.parse().ok());
+        match (is_ours, token, millis(after)) {
+            (true, Some(fencing_token), Some(after)) => Release::Granted {
+                fencing_token,
+                after,
+            },
+            _ => Release::Taken(None),
         }
     }
 
     /// A message that asks the waiter to try outlives later ones until it is read.
     fn merge(earlier: Option<Release>, later: Release) -> Release {
         match earlier {
-            Some(urgent @ (Release::Free | Release::ForUs)) => urgent,
+            _ if matches!(later, Release::Granted { .. }) => later,
+            Some(urgent @ (Release::Free | Release::ForUs | Release::Granted { .. })) => urgent,
             _ => later,
         }
     }
@@ -224,6 +253,7 @@ impl ReleaseNotifications {
     }
 
     fn tell(&self, channel: &[u8], payload: &[u8]) {
+        tracing::trace!(name: "news_received", target: crate::metrics::TIMING, "redlock: message received");
         let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get(channel) {
             entry.post(Release::parse(payload, &entry.waiter_ids));
@@ -401,6 +431,36 @@ mod tests {
         assert_eq!(Release::parse(b"", &ours), Release::Free);
         assert_eq!(Release::parse(b"R:a:1", &ours), Release::ForUs);
         assert_eq!(Release::parse(b"R:b:7", &ours), Release::ForAnother);
+        let members = vec!["a:1 5000 web-1".to_owned()];
+        assert_eq!(
+            Release::parse(b"G a:1 1700000000000001 42", &members),
+            Release::Granted {
+                fencing_token: 1_700_000_000_000_001,
+                after: Duration::from_millis(42)
+            }
+        );
+        // Another waiter's grant (gone from this client), or a garbled one: no news.
+        assert_eq!(
+            Release::parse(b"G a:2 17 42", &members),
+            Release::Taken(None)
+        );
+        assert_eq!(
+            Release::parse(b"G a:1 x 42", &members),
+            Release::Taken(None)
+        );
+        assert_eq!(
+            Release::merge(
+                Some(Release::Granted {
+                    fencing_token: 7,
+                    after: Duration::ZERO
+                }),
+                Release::Taken(None)
+            ),
+            Release::Granted {
+                fencing_token: 7,
+                after: Duration::ZERO
+            }
+        );
         assert_eq!(Release::parse(b"T", &ours), Release::Taken(None));
         assert_eq!(
             Release::parse(b"T:250", &ours),

@@ -243,7 +243,10 @@ local reserved = false
 local value
 if not acquired then
   value = redis.pcall('GET', KEYS[1])
-  if ARGV[4] ~= '' and value == 'reserved:' .. ARGV[4] then
+  -- A release granted the key to this waiter while this attempt was on its way (see
+  -- `free_for_next`): the attempt takes it, as it would a reservation.
+  local granted_to = ARGV[4] ~= '' and string.match(ARGV[4], '^(%S+) ')
+  if ARGV[4] ~= '' and (value == 'reserved:' .. ARGV[4] or (granted_to and {granted})) then
     redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
     acquired = true
     reserved = true
@@ -299,6 +302,7 @@ return {{0, ttl, boot}}
 "#,
         token = next_token("KEYS[2]"),
         previous_owns = owned_by("held", "previous"),
+        granted = owned_by("value", "granted_to"),
         evidence = leave_evidence(
             &format!(
                 "(KEYS[6] or {})",
@@ -497,7 +501,7 @@ pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
-{settle_shares}{SERVER_MS_FN}{FREE_FOR_NEXT_FN}
+{settle_shares}{SERVER_MS_FN}{free_for_next}
 local ms = server_ms()
 local limit = tonumber(ARGV[10])
 local handed_off = 0
@@ -576,7 +580,7 @@ if not busy_for and not reserved and limit == 0 then
       busy_for = math.min(rest, math.max(1, writers_until - ms))
     else
       -- Nobody holds it: hand it to the head of the line at once.
-      free_for_next()
+      free_for_next(KEYS[5])
       busy_for = tonumber(ARGV[5])
     end
   end
@@ -624,6 +628,7 @@ return {{1, token, handed_off, 0}}
         mark_contended = mark_contended("KEYS[1]", "value"),
         writer = is_writer("id"),
         settle_shares = &*SETTLE_SHARES_FN,
+        free_for_next = &*FREE_FOR_NEXT,
     ))
 });
 
@@ -661,7 +666,9 @@ local function release_share(value)
     return 1
   end
   redis.call('DEL', KEYS[5], share_names(KEYS[1], KEYS[5]))
-  free_for_next()
+  if free_for_next(fence) then
+    return 3
+  end
   return 1
 end
 "#;
@@ -700,8 +707,10 @@ end
 local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
 -- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
 -- is Redis's to fill) with the companions added.
+-- The fencing counter, for a grant (see `free_for_next`).
+local fence = KEYS[7] or '{FENCE_KEY}'
 local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
-{FREE_FOR_NEXT_FN}
+{free_for_next}
 if not ours then
   {gone}{SERVER_MS_FN}{settle_shares}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
@@ -714,10 +723,13 @@ if tonumber(ARGV[2]) > 0 then
   redis.call(publish, channel, 'K:' .. ARGV[2])
   return 2
 end
-free_for_next()
+if free_for_next(fence, redis.call('PTTL', KEYS[1])) then
+  return 3
+end
 return 1
 "#,
         ours = owned_by("value", "ARGV[1]"),
+        free_for_next = &*FREE_FOR_NEXT,
         channel = companion_of("KEYS[1]", "KEYS[2]", RELEASE_CHANNEL_PREFIX),
         expiries = companion_of("KEYS[1]", "KEYS[2]", WAITLIST_EXPIRY_PREFIX),
         forced = companion_of("KEYS[1]", "KEYS[2]", FORCED_PREFIX),
@@ -727,13 +739,37 @@ return 1
     ))
 });
 
-/// Frees the lock key (KEYS[1]) for the next in line: reserves it for the waitlist's
-/// head (KEYS[2], arrival order; KEYS[3], expiries: waiters past theirs are dropped)
-/// and names it on the channel for the grace, or, with nobody in line, deletes it and
-/// says so. Shared by the scripts that free a key; each declares, before it, the locals
-/// `channel`, `publish` (the command) and `grace` (ms), which it reads.
-const FREE_FOR_NEXT_FN: &str = r#"
-local function free_for_next()
+/// Prefix of a client's grant channel for a key: `redlock:granted:<client id>:` + key
+/// (on a cluster behind the key's slot tag, like its other companions). The client id
+/// is the 32 hex digits every owner token of that client starts with.
+pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
+
+/// Frees the lock key (KEYS[1]) for the next in line (KEYS[2], arrival order; KEYS[3],
+/// expiries: waiters past theirs are dropped), or, with nobody in line, deletes it and
+/// says so on the key's channel. Shared by the scripts that free a key; each declares,
+/// before it, the locals `channel`, `publish` (the command) and `grace` (ms), which it
+/// reads. `free_for_next(fence, before)`: with the fencing counter `fence`, the head of
+/// the line is *granted* the lock when it can be (see below); without one (nil) it is
+/// reserved. `before`: how long the lock being released had left (ms), which every
+/// waiter was told at the latest; nil when unknown. Returns true when it granted.
+///
+/// **The grant.** A waiter that registered as `<id> <lease ms> <client name>` (see
+/// [`ACQUIRE`]) is made the holder right here: owner `<id>`, the next fencing token, for
+/// the grace only, and told alone, on its client's grant channel (see
+/// [`GRANT_CHANNEL_PREFIX`]): `G <id> <token> <ms since it registered>`. It learns from
+/// that message that it holds the lock, and confirms in the background (an extension
+/// to its lease); unconfirmed, the grant lapses with the grace. A grant no client hears
+/// (its process died, its connection dropped) goes to the next in line at once. A grant
+/// whose lease ends before the released lock would have (`before`) is announced to the
+/// other waiters (`T:<lease>`), as a reservation taken is: otherwise nothing wakes them.
+/// Any
+/// other head (a reader, a waiter of an older redlock) gets the key *reserved*
+/// (`reserved:<member>` for the grace, named on the key's channel: `R:<member>`), and
+/// takes it with an attempt of its own.
+static FREE_FOR_NEXT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"
+local function free_for_next(fence, before)
   if redis.call('EXISTS', KEYS[2]) == 1 then
     local now = redis.call('TIME')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -741,27 +777,61 @@ local function free_for_next()
       redis.call('ZREM', KEYS[2], gone)
       redis.call('ZREM', KEYS[3], gone)
     end
-    local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if head then
+    while true do
+      local line = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+      local head = line[1]
+      if not head then
+        break
+      end
       redis.call('ZREM', KEYS[2], head)
       redis.call('ZREM', KEYS[3], head)
-      redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', grace)
-      redis.call(publish, channel, 'R:' .. head)
-      return
+      local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
+      if not (fence and id) then
+        redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', grace)
+        redis.call(publish, channel, 'R:' .. head)
+        return false
+      end
+      {token}
+      redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', math.min(tonumber(grace), tonumber(lease)))
+      local client = string.match(id, '^(%x+):')
+      local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
+      local after = math.max(0, ms - tonumber(line[2]))
+      if redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after) > 0 then
+        if not before or tonumber(lease) < before then
+          -- The others were told when the lock before ends, at the latest; this one may
+          -- end sooner (tests/model.rs found them asleep on a free key otherwise).
+          -- A release of a lock with the same lease, the common case, says nothing.
+          redis.call(publish, channel, 'T:' .. lease)
+        end
+        return true
+      end
+      -- Nobody of its client listens (its process died, its connection dropped): the
+      -- next in line. (The token stays used: tokens only need to rise.)
     end
   end
   redis.call('DEL', KEYS[1])
   redis.call(publish, channel, '')
+  return false
 end
-"#;
+"#,
+        token = next_token("fence"),
+        tag = format!(
+            "string.sub(KEYS[2], 1, #KEYS[2] - #KEYS[1] - {})",
+            WAITLIST_PREFIX.len()
+        ),
+    )
+});
 
 /// A waiter that gave up leaves the waitlist; if a release reserved the key for it
 /// meanwhile, the reservation goes on to the next in line at once instead of running
 /// out. A writer that leaves while readers hold the key, and was the last writer in
 /// line, publishes that the key is free: the readers it held back (see
 /// [`SHARED_ACQUIRE`]'s writer preference) join the holders now rather than at the end
-/// of their wait. KEYS: lock, waitlist, waitlist expiries. ARGV: waiter id, (unused),
-/// release channel, publish command, grace of a reservation (ms).
+/// of their wait. A waiter granted the key as it gave up (see `free_for_next`) frees it
+/// for the next in line at once, as its release would. KEYS: lock, waitlist, waitlist
+/// expiries, fence counter. ARGV: waiter id (its waitlist member), (unused), release
+/// channel, publish command, grace of a reservation (ms). Returns 3 when it granted
+/// the key to the next in line, 1 when it passed the key on otherwise, else 0.
 pub(crate) static LEAVE_WAITLIST: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
@@ -784,15 +854,43 @@ if value == 'shared:0' and {leaving_writer} then
   end
   return 0
 end
-if value ~= 'reserved:' .. ARGV[1] then
+local granted_to = string.match(ARGV[1], '^(%S+) ')
+if value ~= 'reserved:' .. ARGV[1] and not (granted_to and {granted}) then
   return 0
 end
-{FREE_FOR_NEXT_FN}
-free_for_next()
+{free_for_next}
+if free_for_next(KEYS[4]) then
+  return 3
+end
 return 1
 "#,
         leaving_writer = is_writer("ARGV[1]"),
         writer = is_writer("id"),
+        granted = owned_by("value", "granted_to"),
+        free_for_next = &*FREE_FOR_NEXT,
+    ))
+});
+
+/// A grant nobody confirmed lapses with the grace (see `free_for_next`); the client
+/// whose release granted it runs this a little after the grace, so that the next in
+/// line is not left waiting for the lease it was told. Frees the key for the next in
+/// line if it is free while someone is in line; a key held (the grant confirmed, or
+/// taken since) is left alone. KEYS and ARGV as [`LEAVE_WAITLIST`]'s (no waiter id).
+/// Returns 3 when it granted the key, 1 when it reserved it, else 0.
+pub(crate) static LAPSED_GRANT: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        r#"
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
+  return 0
+end
+local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
+{free_for_next}
+if free_for_next(KEYS[4]) then
+  return 3
+end
+return 1
+"#,
+        free_for_next = &*FREE_FOR_NEXT,
     ))
 });
 
@@ -911,7 +1009,7 @@ if evicted then
   if owner and string.sub(owner, 1, 5) ~= 'kept:' then
     redis.call('SET', KEYS[4], owner, 'PX', math.max(1, evicted[2]))
   end
-  free_for_next()
+  free_for_next(nil)
   return evicted
 end
 evicted = shares_seen(KEYS[5], KEYS[6])
@@ -926,7 +1024,7 @@ if evicted then
     redis.call('SET', KEYS[4], table.concat(owners, ' '), 'PX', math.max(1, evicted[2]))
   end
   redis.call('DEL', KEYS[5], KEYS[6])
-  free_for_next()
+  free_for_next(nil)
 end
 return evicted
 "#,
@@ -1001,8 +1099,9 @@ local function shares_seen(holders, names)
   end
   return {{value, ttl, ms, redis.call('ZCOUNT', KEYS[3], '(' .. ms, '+inf'), shares}}
 end
-{FREE_FOR_NEXT_FN}
-"#
+{free_for_next}
+"#,
+        free_for_next = &*FREE_FOR_NEXT,
     )
 });
 

@@ -165,6 +165,11 @@ impl LockState {
         self.pass_turn();
     }
 
+    /// Released, or known lost (not merely past its estimated lease).
+    pub(crate) fn has_ended(&self) -> bool {
+        *self.lost.borrow()
+    }
+
     /// The lease may have run out (the local, conservative estimate).
     pub(crate) fn lease_ran_out(&self) -> bool {
         Instant::now() >= self.expires_at()

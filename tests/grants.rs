@@ -130,7 +130,7 @@ fn variant(error: &LockError) -> String {
 
 /// An instance: one client, at most one lock held, driven by commands on stdin:
 /// - `acquire <write|read|permits:N> <key> <wait ms> <lease ms> <patience ms>`: answers `started
-///   <ns>` at once, then `acquired <token> <ns>`, `failed <variant> <ns>`, or, when the
+///   <ns>` at once, then `acquired <token> <ns> <is_lost> <lease_remaining ms>`, `failed <variant> <ns>`, or, when the
 ///   acquisition is dropped after `patience` (0: never), `cancelled <ns>`;
 /// - `release` / `release_at <ns>` (at that system time): `released <start ns> <end
 ///   ns> <ok|Lost|…>`, or `released none` without a lock;
@@ -200,9 +200,11 @@ async fn serve(spec: String, stamps: Stamps) {
                         None => say!("cancelled", at),
                         Some(Ok(guard)) => {
                             let token = guard.fencing_token();
+                            let lost = guard.is_lost();
+                            let remaining = guard.lease_remaining().as_millis();
                             // Kept before the answer: the test may release at once.
                             *held.lock().unwrap() = Some(guard);
-                            say!("acquired", token, at);
+                            say!("acquired", token, at, lost, remaining);
                         }
                         Some(Err(error)) => say!("failed", variant(&error), at),
                     }
@@ -661,14 +663,31 @@ fn a_granted_waiter_killed_just_before_the_release_costs_at_most_the_grace() {
 
     // Stopped: Redis still sees its connections, the grant is delivered and never
     // confirmed; it lapses after the grace.
-    let (mut b, mut c, c_token) =
+    let (mut b, mut c, _) =
         grant_to_a_dead_waiter(&spec, &waitlist, "stopped", |b| b.signal("STOP"));
-    // B wakes up to a grant long lapsed: it must not think it holds the key while C does.
+    c.release();
+    b.kill();
+    wait_until_only_the_fence_is_left(keys_of(&server));
+}
+
+/// A waiter stopped (SIGSTOP: a stall, a swap-in) as the key is granted to it, for a
+/// little longer than the grace, finds on resuming a grant that lapsed and went to the
+/// next in line: its acquisition must go on waiting, not hand it a lock another holds.
+#[test]
+fn a_waiter_resumed_after_its_grant_lapsed_is_not_given_a_lock_another_holds() {
+    let server = RedisServer::start();
+    let (spec, waitlist) = (server.url(), waitlist_len(&server));
+    let (mut b, mut c, c_token) =
+        grant_to_a_dead_waiter(&spec, &waitlist, "stalled", |b| b.signal("STOP"));
     b.signal("CONT");
-    assert!(
-        b.poll(&["acquired"], Duration::from_secs(1)).is_none(),
-        "B, resumed, held the key while C held it (a lapsed grant taken for a lock)"
-    );
+    if let Some(reply) = b.poll(&["acquired"], Duration::from_secs(1)) {
+        panic!(
+            "B, resumed, was given the key while C (token {c_token}) held it — a lapsed \
+             grant taken for a lock: {reply:?} (token, at, is_lost, lease_remaining ms); \
+             the key holds {:?}",
+            server.cli(&["GET", "stalled"])
+        );
+    }
     let (c_released, _) = c.release();
     // B is still waiting (its wait is 30 s): it gets the key after C.
     match b.outcome(ANSWER_LIMIT) {

@@ -545,6 +545,10 @@ fn next_waiter_holds_without_a_round_trip(spec: &str, waitlist: Waitlist<'_>, ke
         since(b_at, released_at)
     );
     assert!(b_token > a_token, "B's token {b_token} <= A's {a_token}");
+    eprintln!(
+        "{key}: B held the key {} µs after A's release began",
+        since(b_at, released_at).as_micros()
+    );
     let attempts = b.events("script_sent", released_at, b_at);
     assert_eq!(
         attempts, 0,
@@ -649,6 +653,10 @@ fn grant_to_a_dead_waiter(
         since(c_at, released_at)
     );
     assert!(c_token > a_token, "C's token {c_token} <= A's {a_token}");
+    eprintln!(
+        "{key}: C held the key {} µs after A's release began",
+        since(c_at, released_at).as_micros()
+    );
     (b, c, c_token)
 }
 
@@ -756,9 +764,30 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
         );
         c.release();
         wait_until_only_the_fence_is_left(keys_of(&server));
-        seen.push((offset_ms, cancel, in_time, b_outcome));
+        // Informative: a message reaching B after it gave up (a grant made to it that
+        // it passed on), and how long C waited.
+        let b_done = match b_outcome {
+            Outcome::Acquired { at, .. }
+            | Outcome::Failed { at, .. }
+            | Outcome::Cancelled { at } => at,
+        };
+        let late_news = b.events("news_received", b_done, u64::MAX);
+        seen.push(format!(
+            "{offset_ms:+} ms {}{}: B {}, {late_news} message(s) after; C after {} µs",
+            if cancel { "cancel" } else { "timeout" },
+            if in_time { "" } else { " (late)" },
+            match b_outcome {
+                Outcome::Acquired { .. } => "held it",
+                Outcome::Failed { .. } => "timed out",
+                Outcome::Cancelled { .. } => "cancelled",
+            },
+            since(c_at, free_at).as_micros()
+        ));
     }
-    eprintln!("rounds (offset ms, cancelled, release scheduled in time, B's outcome): {seen:?}");
+    eprintln!(
+        "release relative to the end of B's wait:\n{}",
+        seen.join("\n")
+    );
 }
 
 #[test]

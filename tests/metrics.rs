@@ -592,6 +592,71 @@ async fn a_grant_from_another_clients_release_is_counted_by_the_client_it_went_t
 }
 
 #[tokio::test]
+async fn readers_waiting_on_a_writer_in_other_clients_are_granted_together() {
+    record();
+    let server = RedisServer::start();
+    let writer = client(&server).await;
+    let label = "m-grant-readers";
+    let held = writer
+        .write_lock("m:grant-readers")
+        .label(label)
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let mut readers = Vec::new();
+    for n in 1..=3 {
+        let reader = client(&server).await;
+        readers.push(tokio::spawn(async move {
+            let guard = reader
+                .read_lock("m:grant-readers")
+                .label(label)
+                .wait(PATIENCE)
+                .lease(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            (guard, reader)
+        }));
+        until("the reader registered", || {
+            server
+                .cli(&["ZCARD", "redlock:waitlist:m:grant-readers"])
+                .trim()
+                == n.to_string()
+        })
+        .await;
+    }
+    let writer_token = held.fencing_token();
+    held.release().await.unwrap();
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(reader.await.unwrap());
+    }
+    // One release granted all three: each has a share of its own, a token above the
+    // writer's, and they hold the key at once.
+    assert_eq!(counter(HANDOFFS, &[("lock", label), ("kind", "grant")]), 3);
+    assert!(
+        guards
+            .iter()
+            .all(|(guard, _)| guard.fencing_token() > writer_token)
+    );
+    assert!(guards.iter().all(|(guard, _)| !guard.is_lost()));
+    // Confirmed: each share lasts its lease, not the grace.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        guards
+            .iter()
+            .all(|(guard, _)| !guard.is_lost() && guard.lease_remaining() > Duration::from_secs(5))
+    );
+    let holders = server.cli(&["ZCARD", "redlock:holders:m:grant-readers"]);
+    assert_eq!(holders.trim(), "3");
+    for (guard, _) in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(server.cli(&["EXISTS", "m:grant-readers"]).trim(), "0");
+}
+
+#[tokio::test]
 async fn tasks_waiting_for_a_holder_in_another_process_are_gauged_until_they_leave() {
     record();
     let server = RedisServer::start();

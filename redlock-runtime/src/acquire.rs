@@ -734,10 +734,7 @@ async fn listen_everywhere(
     let mut needed = client.masters().quorum();
     // A waiter that may be granted the key (one server: see `scripts`' `free_for_next`)
     // listens on its client's grant channel too, and needs both subscriptions.
-    if let (Some(place), [node]) = (
-        place.filter(|place| place.grantable()),
-        client.masters().nodes(),
-    ) {
+    if let (Some(place), [node]) = (place, client.masters().nodes()) {
         let (listener, confirmed, live) =
             node.listen_for_grants(key, place.client_id(), place.member.clone(), since);
         all_live &= live;
@@ -772,8 +769,8 @@ struct WaitlistPlace<'a> {
     /// The waiter's id: an owner token (or a reader's `r:` and one), the owner of the
     /// lock if a release grants it.
     id: String,
-    /// How it stands on the waitlist: `<id> <lease ms> <client name>` for a waiter that
-    /// can be granted the key, its id alone for one that takes a reservation (a reader).
+    /// How it stands on the waitlist: `<id> <lease ms> <client name>`, all that a
+    /// release needs to grant it the key (see `scripts`' `free_for_next`).
     member: String,
     /// When its first attempt was sent: no later than its registration.
     first_sent: Option<Instant>,
@@ -785,11 +782,7 @@ struct WaitlistPlace<'a> {
 impl<'a> WaitlistPlace<'a> {
     fn new(client: &'a Arc<Core>, key: &'a str, prefix: &str, lease_ms: u64) -> Self {
         let id = client.fresh_token_after(prefix);
-        let member = if prefix.is_empty() {
-            format!("{id} {lease_ms} {}", client.config().name)
-        } else {
-            id.clone()
-        };
+        let member = format!("{id} {lease_ms} {}", client.config().name);
         WaitlistPlace {
             client,
             key,
@@ -801,14 +794,10 @@ impl<'a> WaitlistPlace<'a> {
         }
     }
 
-    /// A release may grant this waiter the key (rather than reserve it).
-    fn grantable(&self) -> bool {
-        self.member.len() > self.id.len()
-    }
-
-    /// The id of its client: the hex digits before the `:` of its id.
+    /// The id of its client: the hex digits before the counter of its id (after the
+    /// reader's prefix).
     fn client_id(&self) -> &str {
-        self.id.split(':').next().unwrap_or_default()
+        self.id.rsplit(':').nth(1).unwrap_or_default()
     }
 
     /// When a grant that came `after` this waiter's registration (by the server's

@@ -666,7 +666,7 @@ local function release_share(value)
     return 1
   end
   redis.call('DEL', KEYS[5], share_names(KEYS[1], KEYS[5]))
-  if free_for_next(fence) then
+  if free_for_next(fence, nil, KEYS[5], names) then
     return 3
   end
   return 1
@@ -707,8 +707,9 @@ end
 local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
 -- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
 -- is Redis's to fill) with the companions added.
--- The fencing counter, for a grant (see `free_for_next`).
+-- The fencing counter and the share names, for a grant (see `free_for_next`).
 local fence = KEYS[7] or '{FENCE_KEY}'
+local names = KEYS[6] or {names}
 local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
 {free_for_next}
 if not ours then
@@ -723,12 +724,13 @@ if tonumber(ARGV[2]) > 0 then
   redis.call(publish, channel, 'K:' .. ARGV[2])
   return 2
 end
-if free_for_next(fence, redis.call('PTTL', KEYS[1])) then
+if free_for_next(fence, redis.call('PTTL', KEYS[1]), KEYS[5], names) then
   return 3
 end
 return 1
 "#,
         ours = owned_by("value", "ARGV[1]"),
+        names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
         free_for_next = &*FREE_FOR_NEXT,
         channel = companion_of("KEYS[1]", "KEYS[2]", RELEASE_CHANNEL_PREFIX),
         expiries = companion_of("KEYS[1]", "KEYS[2]", WAITLIST_EXPIRY_PREFIX),
@@ -769,7 +771,12 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 static FREE_FOR_NEXT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
-local function free_for_next(fence, before)
+local function tell_granted(id, clock, after)
+  local client = string.match(id, '(%x+):%x+$')
+  local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
+  return redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after)
+end
+local function free_for_next(fence, before, holders, names)
   if redis.call('EXISTS', KEYS[2]) == 1 then
     local now = redis.call('TIME')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -777,36 +784,72 @@ local function free_for_next(fence, before)
       redis.call('ZREM', KEYS[2], gone)
       redis.call('ZREM', KEYS[3], gone)
     end
+    -- A run of readers at the head is granted together: how many, and the longest
+    -- lease among them.
+    local readers, shares_for, longest = 0, 0, 0
     while true do
       local line = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
       local head = line[1]
       if not head then
         break
       end
+      local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
+      local reader, reader_lease, reader_name = string.match(head, '^({READER_ID_PREFIX}{OWNER_PATTERN}) (%d+) (.*)$')
+      local grantable = fence and (id or (reader and holders))
+      if readers > 0 and not (reader and grantable) then
+        -- The run of readers ends (at a writer, which keeps its place).
+        break
+      end
       redis.call('ZREM', KEYS[2], head)
       redis.call('ZREM', KEYS[3], head)
-      local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
-      if not (fence and id) then
+      if not grantable then
         redis.call('SET', KEYS[1], 'reserved:' .. head, 'PX', grace)
         redis.call(publish, channel, 'R:' .. head)
         return false
       end
       {token}
-      redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', math.min(tonumber(grace), tonumber(lease)))
-      local client = string.match(id, '^(%x+):')
-      local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
       local after = math.max(0, ms - tonumber(line[2]))
-      if redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after) > 0 then
-        if not before or tonumber(lease) < before then
-          -- The others were told when the lock before ends, at the latest; this one may
-          -- end sooner (tests/model.rs found them asleep on a free key otherwise).
-          -- A release of a lock with the same lease, the common case, says nothing.
-          redis.call(publish, channel, 'T:' .. lease)
+      if id then
+        redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', math.min(tonumber(grace), tonumber(lease)))
+        if tell_granted(id, clock, after) > 0 then
+          if not before or tonumber(lease) < before then
+            -- The others were told when the lock before ends, at the latest; this one
+            -- may end sooner (tests/model.rs found them asleep on a free key
+            -- otherwise). A release of a lock with the same lease, the common case,
+            -- says nothing.
+            redis.call(publish, channel, 'T:' .. lease)
+          end
+          return true
         end
-        return true
+      else
+        -- A reader: a share of its own, scored with the end of the grace.
+        if readers == 0 and shares_for == 0 then
+          redis.call('DEL', holders, names)
+        end
+        shares_for = shares_for + 1
+        local share = math.min(tonumber(grace), tonumber(reader_lease))
+        redis.call('ZADD', holders, ms + share, reader)
+        redis.call('HSET', names, reader, clock .. ' ' .. reader_name)
+        if tell_granted(reader, clock, after) > 0 then
+          readers = readers + 1
+          longest = math.max(longest, tonumber(reader_lease))
+        else
+          redis.call('ZREM', holders, reader)
+          redis.call('HDEL', names, reader)
+        end
       end
       -- Nobody of its client listens (its process died, its connection dropped): the
       -- next in line. (The token stays used: tokens only need to rise.)
+    end
+    if readers > 0 then
+      local until_ms = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2] - ms
+      redis.call('SET', KEYS[1], 'shared:0', 'PX', until_ms)
+      redis.call('PEXPIRE', holders, until_ms)
+      redis.call('PEXPIRE', names, until_ms)
+      if not before or longest < before then
+        redis.call(publish, channel, 'T:' .. longest)
+      end
+      return true
     end
   end
   redis.call('DEL', KEYS[1])

@@ -1077,3 +1077,88 @@ fn permits_freed_in_one_process_go_to_as_many_waiters_in_others() {
     );
     wait_until_only_the_fence_is_left(keys_of(&server));
 }
+
+#[test]
+fn readers_at_the_head_of_the_line_are_granted_together_and_a_writer_behind_them_waits() {
+    let server = RedisServer::start();
+    let waitlist = waitlist_len(&server);
+    let spec = server.url();
+    let mut a = Instance::start("A", &spec);
+    // In line: R1, R2, then the writer W, then R3 (a reader behind a waiting writer
+    // waits behind it).
+    let mut line: Vec<(Instance, &str)> = [
+        ("R1", "read"),
+        ("R2", "read"),
+        ("W", "write"),
+        ("R3", "read"),
+    ]
+    .into_iter()
+    .map(|(name, mode)| (Instance::start(name, &spec), mode))
+    .collect();
+    let a_token = a.hold("doc");
+    for (place, (instance, mode)) in line.iter_mut().enumerate() {
+        instance.acquire(mode, "doc", Duration::from_secs(30), None);
+        wait_for_line(&waitlist, "doc", place + 1);
+    }
+    let (released_at, _) = a.release();
+    let mut tokens = vec![a_token];
+    for (reader, _) in &mut line[..2] {
+        let (token, at) = reader.acquired(ANSWER_LIMIT);
+        assert!(
+            since(at, released_at) < GRANT_BOUND,
+            "{} got in {:?} after the release",
+            reader.name,
+            since(at, released_at)
+        );
+        let attempts = reader.events("script_sent", released_at, at);
+        assert_eq!(
+            attempts, 0,
+            "{} sent {attempts} acquire script(s) between the release and its share",
+            reader.name
+        );
+        tokens.push(token);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for (later, _) in &mut line[2..] {
+        assert!(
+            later
+                .poll(&["acquired", "failed"], Duration::ZERO)
+                .is_none(),
+            "{} got in with the readers ahead of it",
+            later.name
+        );
+    }
+    line[0].0.release();
+    let (last_share_released, _) = line[1].0.release();
+    let (w_token, w_at) = line[2].0.acquired(ANSWER_LIMIT);
+    assert!(
+        w_at >= last_share_released,
+        "W held the key with readers in it"
+    );
+    assert!(
+        since(w_at, last_share_released) < GRANT_BOUND,
+        "W held the key {:?} after the last reader left",
+        since(w_at, last_share_released)
+    );
+    tokens.push(w_token);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        line[3].0.poll(&["acquired"], Duration::ZERO).is_none(),
+        "R3 got in while the writer held the key"
+    );
+    let (w_released, _) = line[2].0.release();
+    let (r3_token, r3_at) = line[3].0.acquired(ANSWER_LIMIT);
+    assert!(r3_at >= w_released, "R3 got in before W released");
+    line[3].0.release();
+    // Readers granted together share one fencing token or get one each: either way
+    // each writer's token is above every earlier one.
+    assert!(
+        tokens[1] > a_token && tokens[2] > a_token,
+        "a reader's token is not above the writer before: {tokens:?}"
+    );
+    assert!(
+        w_token > tokens[1] && w_token > tokens[2] && r3_token > w_token,
+        "tokens out of order: A, R1, R2, W, then R3 {r3_token}: {tokens:?}"
+    );
+    wait_until_only_the_fence_is_left(keys_of(&server));
+}

@@ -134,6 +134,7 @@ fn variant(error: &LockError) -> String {
 ///   acquisition is dropped after `patience` (0: never), `cancelled <ns>`;
 /// - `release` / `release_at <ns>` (at that system time): `released <start ns> <end
 ///   ns> <ok|Lost|…>`, or `released none` without a lock;
+/// - `status`: `status <is_lost> <lease_remaining ms>` of the lock held, or `status none`;
 /// - `events`: `events <name>:<ns> …`, every timing event so far;
 /// - `exit`, or the end of stdin (the test is gone): the process ends.
 ///
@@ -216,6 +217,14 @@ async fn serve(spec: String, stamps: Stamps) {
             ["release_at", at] => {
                 tokio::spawn(release(held.clone(), Some(at.parse().expect("ns"))));
             }
+            ["status"] => match &*held.lock().unwrap() {
+                Some(guard) => say!(
+                    "status",
+                    guard.is_lost(),
+                    guard.lease_remaining().as_millis()
+                ),
+                None => say!("status", "none"),
+            },
             ["events"] => {
                 let stamps = stamps.lock().unwrap().clone();
                 let mut words = vec!["events".to_owned()];
@@ -531,7 +540,14 @@ fn keys_of(server: &RedisServer) -> impl Fn() -> Vec<String> + '_ {
 /// A holds `key`; B, in another process, waits for it (registered on the waitlist);
 /// A releases: B holds the key without having sent an attempt of its own after the
 /// release, with a fencing token above A's, long before A's lease would have ended.
-fn next_waiter_holds_without_a_round_trip(spec: &str, waitlist: Waitlist<'_>, key: &str) {
+/// Then, well past the grace, B's confirmation has made the lock B's for the whole
+/// lease, in Redis (`pttl`: the key's time to live in ms) and for B's guard.
+fn next_waiter_holds_without_a_round_trip(
+    spec: &str,
+    waitlist: Waitlist<'_>,
+    pttl: &dyn Fn(&str) -> i64,
+    key: &str,
+) {
     let mut a = Instance::start("A", spec);
     let mut b = Instance::start("B", spec);
     let a_token = a.hold(key);
@@ -556,13 +572,30 @@ fn next_waiter_holds_without_a_round_trip(spec: &str, waitlist: Waitlist<'_>, ke
     );
     let news = b.events("news_received", released_at, b_at + 1);
     assert!(news >= 1, "B held the key without being told (no message)");
+    std::thread::sleep(Duration::from_millis(500));
+    let left = pttl(key);
+    assert!(
+        left > LEASE.as_millis() as i64 / 2,
+        "B's grant was not confirmed to its lease: the key lives {left} ms more"
+    );
+    b.send("status");
+    let status = b.expect(&["status"], ANSWER_LIMIT);
+    assert_eq!(
+        status.fields[0], "false",
+        "B's guard after its grant: {status:?}"
+    );
+    assert!(
+        status.number(1) > LEASE.as_millis() as u64 / 2,
+        "B's guard does not count on its confirmed lease: {status:?}"
+    );
     b.release();
 }
 
 #[test]
 fn the_next_waiter_in_another_process_holds_the_key_without_a_round_trip_of_its_own() {
     let server = RedisServer::start();
-    next_waiter_holds_without_a_round_trip(&server.url(), &waitlist_len(&server), "k");
+    let pttl = |key: &str| server.cli(&["PTTL", key]).parse().unwrap_or(-2);
+    next_waiter_holds_without_a_round_trip(&server.url(), &waitlist_len(&server), &pttl, "k");
     wait_until_only_the_fence_is_left(keys_of(&server));
 }
 
@@ -875,7 +908,13 @@ fn on_a_cluster_the_next_waiter_in_another_process_holds_the_key_without_a_round
     let cluster = RedisCluster::start(3);
     let waitlist = cluster_waitlist_len(&cluster);
     let spec = cluster_spec(&cluster);
-    next_waiter_holds_without_a_round_trip(&spec, &waitlist, "{grant}k");
+    let pttl = |key: &str| {
+        cluster.nodes[0]
+            .cli(&["-c", "PTTL", key])
+            .parse()
+            .unwrap_or(-2)
+    };
+    next_waiter_holds_without_a_round_trip(&spec, &waitlist, &pttl, "{grant}k");
     // A grant nobody picks up lapses after the grace on a cluster too.
     let (mut b, mut c, _) =
         grant_to_a_dead_waiter(&spec, &waitlist, "{grant}stopped", |b| b.signal("STOP"));

@@ -134,6 +134,8 @@ fn variant(error: &LockError) -> String {
 ///   acquisition is dropped after `patience` (0: never), `cancelled <ns>`;
 /// - `release` / `release_at <ns>` (at that system time): `released <start ns> <end
 ///   ns> <ok|Lost|…>`, or `released none` without a lock;
+/// - `stall <ms>`: blocks the runtime's worker threads for that long (`stalling <ns>`
+///   once they are);
 /// - `status`: `status <is_lost> <lease_remaining ms>` of the lock held, or `status none`;
 /// - `events`: `events <name>:<ns> …`, every timing event so far;
 /// - `exit`, or the end of stdin (the test is gone): the process ends.
@@ -216,6 +218,23 @@ async fn serve(spec: String, stamps: Stamps) {
             }
             ["release_at", at] => {
                 tokio::spawn(release(held.clone(), Some(at.parse().expect("ns"))));
+            }
+            ["stall", ms] => {
+                // Both worker threads blocked: the runtime (its connections' readers
+                // included) runs nothing for that long, as under a blocking call or a
+                // starved CPU.
+                let stall = Duration::from_millis(ms.parse().expect("ms"));
+                let barrier = Arc::new(std::sync::Barrier::new(2));
+                for first in [true, false] {
+                    let barrier = barrier.clone();
+                    tokio::spawn(async move {
+                        barrier.wait();
+                        if first {
+                            say!("stalling", now_ns());
+                        }
+                        std::thread::sleep(stall);
+                    });
+                }
             }
             ["status"] => match &*held.lock().unwrap() {
                 Some(guard) => say!(
@@ -423,6 +442,12 @@ impl Instance {
     fn release(&mut self) -> (u64, u64) {
         self.send("release");
         self.released()
+    }
+
+    /// Releases its lock now, whatever the outcome (`Lost` included).
+    fn release_any(&mut self) -> Reply {
+        self.send("release");
+        self.expect(&["released"], ANSWER_LIMIT)
     }
 
     fn released(&mut self) -> (u64, u64) {
@@ -711,34 +736,54 @@ fn a_granted_waiter_killed_just_before_the_release_costs_at_most_the_grace() {
     wait_until_only_the_fence_is_left(keys_of(&server));
 }
 
-/// A waiter stopped (SIGSTOP: a stall, a swap-in) as the key is granted to it, for a
-/// little longer than the grace, finds on resuming a grant that lapsed and went to the
-/// next in line: its acquisition must go on waiting, not hand it a lock another holds.
+/// A waiter stalled as the key is granted to it, for a little longer than the grace,
+/// finds on resuming a grant that lapsed and went to the next in line: its
+/// acquisition must go on waiting, not hand it a lock another holds. Stalled by
+/// SIGSTOP (the process), then by a blocked runtime (its worker threads busy).
 #[test]
 fn a_waiter_resumed_after_its_grant_lapsed_is_not_given_a_lock_another_holds() {
     let server = RedisServer::start();
     let (spec, waitlist) = (server.url(), waitlist_len(&server));
-    let (mut b, mut c, c_token) =
-        grant_to_a_dead_waiter(&spec, &waitlist, "stalled", |b| b.signal("STOP"));
-    b.signal("CONT");
-    if let Some(reply) = b.poll(&["acquired"], Duration::from_secs(1)) {
-        panic!(
-            "B, resumed, was given the key while C (token {c_token}) held it — a lapsed \
-             grant taken for a lock: {reply:?} (token, at, is_lost, lease_remaining ms); \
-             the key holds {:?}",
-            server.cli(&["GET", "stalled"])
-        );
-    }
-    let (c_released, _) = c.release();
-    // B is still waiting (its wait is 30 s): it gets the key after C.
-    match b.outcome(ANSWER_LIMIT) {
-        Outcome::Acquired { token, at } => {
-            assert!(at >= c_released, "B held the key before C released it");
-            assert!(token > c_token, "B's token {token} <= C's {c_token}");
-            b.release();
+    let stopped = |b: &mut Instance| b.signal("STOP");
+    let blocked = |b: &mut Instance| {
+        b.send("stall 400");
+        b.expect(&["stalling"], ANSWER_LIMIT);
+    };
+    let stalls: [(&str, &dyn Fn(&mut Instance)); 2] =
+        [("stopped", &stopped), ("blocked", &blocked)];
+    let mut taken = Vec::new();
+    for (key, stall) in stalls {
+        let (mut b, mut c, c_token) = grant_to_a_dead_waiter(&spec, &waitlist, key, stall);
+        b.signal("CONT");
+        if let Some(reply) = b.poll(&["acquired"], Duration::from_secs(1)) {
+            taken.push(format!(
+                "{key}: B, resumed, was given the key while C (token {c_token}) held it: \
+                 {reply:?} (token, at, is_lost, lease_remaining ms); the key holds {:?}",
+                server.cli(&["GET", key])
+            ));
+            b.release_any();
+            c.release();
+            continue;
         }
-        other => panic!("B, resumed, did not get the key after C: {other:?}"),
+        let (c_released, _) = c.release();
+        // B is still waiting (its wait is 30 s): it gets the key after C.
+        match b.outcome(ANSWER_LIMIT) {
+            Outcome::Acquired { token, at } => {
+                assert!(
+                    at >= c_released,
+                    "{key}: B held the key before C released it"
+                );
+                assert!(token > c_token, "{key}: B's token {token} <= C's {c_token}");
+                b.release();
+            }
+            other => panic!("{key}: B, resumed, did not get the key after C: {other:?}"),
+        }
     }
+    assert!(
+        taken.is_empty(),
+        "a lapsed grant was taken for a lock:\n{}",
+        taken.join("\n")
+    );
     wait_until_only_the_fence_is_left(keys_of(&server));
 }
 

@@ -744,15 +744,16 @@ fn a_granted_waiter_killed_just_before_the_release_costs_at_most_the_grace() {
 fn a_waiter_resumed_after_its_grant_lapsed_is_not_given_a_lock_another_holds() {
     let server = RedisServer::start();
     let (spec, waitlist) = (server.url(), waitlist_len(&server));
-    let stopped = |b: &mut Instance| b.signal("STOP");
-    let blocked = |b: &mut Instance| {
-        b.send("stall 400");
-        b.expect(&["stalling"], ANSWER_LIMIT);
-    };
-    let stalls: [(&str, &dyn Fn(&mut Instance)); 2] =
-        [("stopped", &stopped), ("blocked", &blocked)];
     let mut taken = Vec::new();
-    for (key, stall) in stalls {
+    for key in ["stopped", "blocked"] {
+        let stall = |b: &mut Instance| {
+            if key == "stopped" {
+                b.signal("STOP");
+            } else {
+                b.send("stall 400");
+                b.expect(&["stalling"], ANSWER_LIMIT);
+            }
+        };
         let (mut b, mut c, c_token) = grant_to_a_dead_waiter(&spec, &waitlist, key, stall);
         b.signal("CONT");
         if let Some(reply) = b.poll(&["acquired"], Duration::from_secs(1)) {

@@ -461,17 +461,25 @@ impl Instance {
         (reply.number(0), reply.number(1))
     }
 
-    /// Its timing events named `name`, in `[from, to)` (system time, ns).
-    fn events(&mut self, name: &str, from: u64, to: u64) -> usize {
+    /// Its timing events so far: name, system time (ns).
+    fn stamps(&mut self) -> Vec<(String, u64)> {
         self.send("events");
         let reply = self.expect(&["events"], ANSWER_LIMIT);
         reply
             .fields
             .iter()
-            .filter_map(|field| field.split_once(':'))
-            .filter(|(event, at)| {
-                *event == name && at.parse::<u64>().is_ok_and(|at| (from..to).contains(&at))
+            .filter_map(|field| {
+                let (event, at) = field.split_once(':')?;
+                Some((event.to_owned(), at.parse().ok()?))
             })
+            .collect()
+    }
+
+    /// Its timing events named `name`, in `[from, to)` (system time, ns).
+    fn events(&mut self, name: &str, from: u64, to: u64) -> usize {
+        self.stamps()
+            .iter()
+            .filter(|(event, at)| event == name && (from..to).contains(at))
             .count()
     }
 
@@ -507,24 +515,61 @@ fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// How many wait on a key's waitlist (one server, or a cluster).
-type Waitlist<'a> = &'a dyn Fn(&str) -> usize;
+/// How many wait on a key's waitlist, and how many clients listen for a grant of it
+/// (one server, or a cluster).
+type Waitlist<'a> = &'a dyn Fn(&str) -> (usize, usize);
 
-/// How many wait on `key`'s waitlist on `server`.
-fn waitlist_len(server: &RedisServer) -> impl Fn(&str) -> usize + '_ {
+/// How many wait on `key`'s waitlist on `server`, and listen for a grant of it.
+fn waitlist_len(server: &RedisServer) -> impl Fn(&str) -> (usize, usize) + '_ {
     move |key| {
-        server
+        let waiting = server
             .cli(&["ZCARD", &format!("redlock:waitlist:{key}")])
             .parse()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        let pattern = format!("redlock:granted:*:{key}");
+        let listening = server
+            .cli(&["PUBSUB", "CHANNELS", &pattern])
+            .lines()
+            .filter(|channel| !channel.trim().is_empty())
+            .count();
+        (waiting, listening)
     }
 }
 
-/// Waits until `key`'s waitlist holds `len` waiters.
-fn wait_for_line(waitlist: Waitlist<'_>, key: &str, len: usize) {
+/// How long a waiter must have sent no acquire script, with every one answered, to
+/// be taken for asleep (waiting for news).
+const QUIET: Duration = Duration::from_millis(100);
+
+/// Waits until `key`'s waitlist holds `len` waiters, as many clients listen for a
+/// grant of it, and `waiter` (the last to join) is asleep: a waiter that has just
+/// subscribed tries once more (a release may have come before its subscription), and
+/// that attempt is no round trip after a release.
+fn wait_in_line(waitlist: Waitlist<'_>, key: &str, len: usize, waiter: &mut Instance) {
     wait_until(ANSWER_LIMIT, &format!("{len} waiting on {key}"), || {
-        waitlist(key) == len
+        waitlist(key) == (len, len)
     });
+    wait_until(
+        ANSWER_LIMIT,
+        &format!("{} to wait quietly", waiter.name),
+        || {
+            let stamps = waiter.stamps();
+            let at = |name: &str| -> Vec<u64> {
+                stamps
+                    .iter()
+                    .filter(|(event, _)| event == name)
+                    .map(|&(_, at)| at)
+                    .collect()
+            };
+            let (sent, answered) = (at("script_sent"), at("script_answered"));
+            let last = sent
+                .iter()
+                .chain(&answered)
+                .max()
+                .copied()
+                .unwrap_or(u64::MAX);
+            !sent.is_empty() && sent.len() == answered.len() && since(now_ns(), last) >= QUIET
+        },
+    );
 }
 
 /// Waits until Redis holds nothing but fencing counters (background clean-ups, and
@@ -577,7 +622,7 @@ fn next_waiter_holds_without_a_round_trip(
     let mut b = Instance::start("B", spec);
     let a_token = a.hold(key);
     b.acquire("write", key, Duration::from_secs(20), None);
-    wait_for_line(waitlist, key, 1);
+    wait_in_line(waitlist, key, 1, &mut b);
     let (released_at, _) = a.release();
     let (b_token, b_at) = b.acquired(ANSWER_LIMIT);
     assert!(
@@ -637,7 +682,7 @@ fn a_grant_wakes_only_the_granted_client() {
     let mut tokens = vec![a.hold("k")];
     for (place, waiter) in line.iter_mut().enumerate() {
         waiter.acquire("write", "k", Duration::from_secs(30), None);
-        wait_for_line(&waitlist, "k", place + 1);
+        wait_in_line(&waitlist, "k", place + 1, waiter);
     }
     // Each holder in turn releases; the next in line must hold the key, and nobody
     // behind it may have heard of it (nor of the confirmation the new holder sends in
@@ -698,9 +743,9 @@ fn grant_to_a_dead_waiter(
     let mut c = Instance::start("C", spec);
     let a_token = a.hold(key);
     b.acquire("write", key, Duration::from_secs(30), None);
-    wait_for_line(waitlist, key, 1);
+    wait_in_line(waitlist, key, 1, &mut b);
     c.acquire("write", key, Duration::from_secs(30), None);
-    wait_for_line(waitlist, key, 2);
+    wait_in_line(waitlist, key, 2, &mut c);
     fault(&mut b);
     let (released_at, _) = a.release();
     let (c_token, c_at) = c.acquired(ANSWER_LIMIT);
@@ -801,7 +846,7 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
     let mut b = Instance::start("B", &spec);
     let mut c = Instance::start("C", &spec);
     // B's wait (or patience) ends this long after it started; A releases around then.
-    let patience = Duration::from_millis(700);
+    let patience = Duration::from_millis(1000);
     let mut seen = Vec::new();
     for (round, offset_ms) in OFFSETS_MS.repeat(2).into_iter().enumerate() {
         let cancel = round >= OFFSETS_MS.len();
@@ -812,9 +857,9 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
         } else {
             b.acquire("write", &key, patience, None)
         };
-        wait_for_line(&waitlist, &key, 1);
+        wait_in_line(&waitlist, &key, 1, &mut b);
         c.acquire("write", &key, Duration::from_secs(30), None);
-        wait_for_line(&waitlist, &key, 2);
+        wait_in_line(&waitlist, &key, 2, &mut c);
         let release_at =
             (b_started + patience.as_nanos() as u64).saturating_add_signed(offset_ms * 1_000_000);
         let in_time = now_ns() < release_at;
@@ -883,7 +928,7 @@ fn readers_behind_a_writer_all_get_in_when_it_releases() {
     let (writer_token, _) = writer.acquired(ANSWER_LIMIT);
     for (place, reader) in readers.iter_mut().enumerate() {
         reader.acquire("read", "doc", Duration::from_secs(30), None);
-        wait_for_line(&waitlist, "doc", place + 1);
+        wait_in_line(&waitlist, "doc", place + 1, reader);
     }
     let (released_at, _) = writer.release();
     // Every reader holds its share before any lets go: together.
@@ -910,22 +955,27 @@ fn readers_behind_a_writer_all_get_in_when_it_releases() {
 // ---------------------------------------------------------------------------------
 // Cluster: the grant goes out on the key's shard (sharded pub/sub, SPUBLISH).
 
-/// How many wait on `key`'s waitlist on `cluster`: its name starts with a hash tag
-/// the client picks for the key's slot, so it is looked for on every node.
-fn cluster_waitlist_len(cluster: &RedisCluster) -> impl Fn(&str) -> usize + '_ {
+/// How many wait on `key`'s waitlist on `cluster`, and listen for a grant of it
+/// (sharded channels): their names start with a hash tag the client picks for the
+/// key's slot, so they are looked for on every node.
+fn cluster_waitlist_len(cluster: &RedisCluster) -> impl Fn(&str) -> (usize, usize) + '_ {
     move |key| {
-        cluster
-            .nodes
-            .iter()
-            .map(|node| {
-                let names = node.cli(&["KEYS", &format!("*redlock:waitlist:{key}")]);
-                names
-                    .lines()
-                    .filter(|name| !name.trim().is_empty())
-                    .map(|name| node.cli(&["ZCARD", name.trim()]).parse().unwrap_or(0))
-                    .sum::<usize>()
-            })
-            .sum()
+        let mut total = (0, 0);
+        for node in &cluster.nodes {
+            let names = node.cli(&["KEYS", &format!("*redlock:waitlist:{key}")]);
+            total.0 += names
+                .lines()
+                .filter(|name| !name.trim().is_empty())
+                .map(|name| node.cli(&["ZCARD", name.trim()]).parse().unwrap_or(0))
+                .sum::<usize>();
+            let pattern = format!("*redlock:granted:*:{key}");
+            total.1 += node
+                .cli(&["PUBSUB", "SHARDCHANNELS", &pattern])
+                .lines()
+                .filter(|channel| !channel.trim().is_empty())
+                .count();
+        }
+        total
     }
 }
 
@@ -979,7 +1029,7 @@ fn on_a_cluster_a_grant_reaches_a_waiter_whose_slot_moved_while_it_waited() {
     let mut b = Instance::start("B", &spec);
     let a_token = a.hold(key);
     b.acquire("write", key, Duration::from_secs(30), None);
-    wait_for_line(&waitlist, key, 1);
+    wait_in_line(&waitlist, key, 1, &mut b);
     // The lock, its waitlist and its fencing counter move to another master; B's
     // subscription to its grant channel was on the old one (Redis unsubscribes it).
     let slot = cluster.slot_of(key);
@@ -1020,7 +1070,7 @@ fn through_sentinel_a_failover_with_a_grant_in_flight_keeps_tokens_rising_and_no
     let mut b = Instance::start("B", &spec);
     let a_token = a.hold("k");
     b.acquire("write", "k", Duration::from_secs(30), None);
-    wait_for_line(&waitlist_len(&setup.primary), "k", 1);
+    wait_in_line(&waitlist_len(&setup.primary), "k", 1, &mut b);
     setup
         .replica
         .wait_until_caught_up_with(&setup.primary, ANSWER_LIMIT);
@@ -1064,7 +1114,7 @@ fn through_sentinel_a_waiter_is_granted_the_key_on_the_new_primary_after_a_failo
     let mut b = Instance::start("B", &spec);
     let a_token = a.hold("k");
     b.acquire("write", "k", Duration::from_secs(30), None);
-    wait_for_line(&waitlist_len(&setup.primary), "k", 1);
+    wait_in_line(&waitlist_len(&setup.primary), "k", 1, &mut b);
     setup
         .replica
         .wait_until_caught_up_with(&setup.primary, ANSWER_LIMIT);
@@ -1183,7 +1233,7 @@ fn readers_at_the_head_of_the_line_are_granted_together_and_a_writer_behind_them
     let a_token = a.hold("doc");
     for (place, (instance, mode)) in line.iter_mut().enumerate() {
         instance.acquire(mode, "doc", Duration::from_secs(30), None);
-        wait_for_line(&waitlist, "doc", place + 1);
+        wait_in_line(&waitlist, "doc", place + 1, instance);
     }
     let (released_at, _) = a.release();
     let mut tokens = vec![a_token];

@@ -250,7 +250,7 @@ impl RedisServer {
     }
 
     /// The ids of the client connections for which `matches` holds of their
-    /// `CLIENT LIST` line (e.g. `|line| line.contains(" sub=1 ")`).
+    /// `CLIENT LIST` line (e.g. `|line| line.contains(" sub=2 ")`).
     pub fn client_ids(&self, matches: impl Fn(&str) -> bool) -> Vec<u64> {
         self.cli(&["CLIENT", "LIST"])
             .lines()

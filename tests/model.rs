@@ -1486,6 +1486,7 @@ fn the_guarantees_hold_across_a_redis_restart() {
 fn grants(broken: Broken) -> Protocol {
     Protocol {
         grants: true,
+        max_time: 4,
         ..Protocol::three_clients(broken)
     }
 }
@@ -1513,10 +1514,85 @@ fn grants_keep_the_guarantees_when_force_unlock_races_a_grant() {
     let model = Protocol {
         grants: true,
         max_force_unlocks: 1,
-        max_crashes: 0,
+        max_pauses: 0,
         ..Protocol::three_clients(Broken::None)
     };
     explore(model, "grants, force_unlock").assert_properties();
+}
+
+/// Grants between clients asking for different leases (4 ticks, 2, 4: a lease of 1,
+/// the grace, would end with the releaser's check, which passes the key on).
+fn mixed_grants(mixed: Protocol) -> Protocol {
+    Protocol {
+        grants: true,
+        clients: vec![vec![4], vec![2], vec![4]],
+        max_time: 6,
+        ..mixed
+    }
+}
+
+/// A grant to a holder of a shorter lease than the lock released announces it
+/// (`T:<lease>`), as a reservation taken does, and so does an attempt that takes its own
+/// grant: the waiters in line were told when the lock released would end.
+#[test]
+fn a_grant_of_a_shorter_lease_keeps_waiters_awake() {
+    let [reservation, _] = mixed_leases(true);
+    let model = Protocol {
+        grants: true,
+        ..mixed_grants(reservation)
+    };
+    explore(model, "grants, mixed leases").assert_properties();
+}
+
+/// Without those announcements, a waiter sleeps on a free key after a holder of the
+/// shorter lease overran it or died.
+#[test]
+fn without_announcing_a_granted_shorter_lease_a_waiter_sleeps_on_a_free_key() {
+    let [reservation, _] = mixed_leases(false);
+    counterexample(
+        mixed_grants(reservation),
+        "grants, mixed leases unannounced",
+        "no forgotten waiter",
+    );
+}
+
+/// (a) A grant with the grantee's whole lease and nothing to bound its pick-up (no
+/// grace, no check): a grantee that died, or stopped, holds the key for that lease while
+/// the next waiter waits.
+#[test]
+fn a_grant_without_a_pick_up_bound_is_caught() {
+    counterexample(
+        grants(Broken::GrantWithoutPickUpBound),
+        "a grant without a pick-up bound",
+        "a grant nobody picks up passes on within grace",
+    );
+}
+
+/// (b) A grantee that counts its grace from the message's arrival: delayed (its process
+/// paused as the grant came), it believes it holds after the grant lapsed and went on.
+#[test]
+fn a_grant_lease_counted_from_the_message_is_caught() {
+    counterexample(
+        grants(Broken::GrantLeaseFromArrival),
+        "a grant's lease counted from the message",
+        "exclusion or fencing",
+    );
+}
+
+/// (c) LAPSED_GRANT that frees only an absent key: a late grantee (or a newcomer) that
+/// took the key after the grant lapsed, before the check, holds it uncontended, and its
+/// release says nothing to the waiters in line, who were told nothing by the grant
+/// either and sleep until the end of the lease before it.
+#[test]
+fn a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught() {
+    counterexample(
+        Protocol {
+            max_crashes: 0,
+            ..grants(Broken::LapsedGrantCheckOnlyWhenAbsent)
+        },
+        "a lapsed grant's check that frees only an absent key",
+        "no forgotten waiter",
+    );
 }
 
 /// Runs a variant until the named property fails; prints the counterexample.

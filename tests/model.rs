@@ -37,6 +37,25 @@
 //!   lock); a holder whose local lease estimate ran out **notices** (the client's turn
 //!   goes to its next task; the guard lives on, and its release finds the key not its
 //!   own);
+//! - **grant** (issue 25; the settings with `grants`): FREE_FOR_NEXT, run by a
+//!   release, a LEAVE_WAITLIST or a LAPSED_GRANT check, makes the waitlist's head the
+//!   owner (a fresh token `max(counter + 1, clock)`, the lease the grace, contended)
+//!   and tells only its client (its grant channel), or skips to the next head when
+//!   PUBLISH reaches nobody (the client's subscription is not made yet, or Redis knows
+//!   it is gone); when the granted lease is shorter than the lock released, it
+//!   announces it (`T:<ms>`) on the key's channel. The grantee holds from the message
+//!   alone, its lease counted from the grant (the client's conservative estimate:
+//!   exact here), and at once **confirms** (EXTEND with the owner check, to its full
+//!   lease; a failed one marks the lock lost); a grant read after its grace ran out
+//!   sends it back to an attempt. An **attempt** that finds the key granted to it takes
+//!   it (full lease, fresh token, `T:<ms>`). The client that granted **checks** a grace
+//!   later (LAPSED_GRANT): an absent key goes to the next in line; a key taken meanwhile
+//!   by an attempt is marked contended, so that its release goes through the waitlist.
+//!   A waiter that gave up frees a grant made to it (LEAVE_WAITLIST). A crashed
+//!   client's subscription stays until Redis **notices** the disconnection (so a grant
+//!   can go to a dead client). **force_unlock** (at most once, by an operator) evicts
+//!   the owner, a grantee too, and reserves the key for the head (FORCE_UNLOCK has no
+//!   fencing counter: it reserves, as for a client without grants);
 //! - **time passing**: key, reservation and registration expiry;
 //! - **faults**: a process **pauses** (it takes no step, and a holder keeps believing
 //!   it holds, whatever the clock says, until it resumes: the moment between checking
@@ -68,7 +87,10 @@
 //! - One acquisition per task, one owner value per acquisition (the client's fresh
 //!   token per attempt only matters for replies lost mid-way, not modelled).
 //! - Not modelled: `hold_at_least` (`K:` messages), try-locks (every attempt here
-//!   waits), cancellation clean-up, RedLock, Cluster, Sentinel.
+//!   waits), cancellation clean-up, RedLock, Cluster, Sentinel; with grants: readers
+//!   and semaphores (granted together), a waitlist mixing grant-capable waiters with
+//!   older clients', a Redis restart, the client's drift allowance, a confirmation
+//!   delayed past the body's release (it is sent first).
 //!
 //! # Properties, and the guarantees of RELIABILITY.md they stand for
 //! 1. **exclusion or fencing** (always; guarantees 1 and 2, with the assumptions
@@ -101,10 +123,24 @@
 //!    the reservation's end (the checker finds this when it is counted: a client
 //!    paused while `R:<another>` arrives, resumed after that reservation ran out);
 //!    the first counter still bounds it.
-//! 4. Examples (`sometimes`), so that the check is not vacuous: a lock is acquired; a
+//!    With grants, a waiter that slept while a grant's check was lost or late (the
+//!    client that granted crashed, or was paused when its check was due: the design's
+//!    double fault, grantee and releaser both gone) falls back to its lease timer: both
+//!    counters are bounded by the longest lease, plus the grace, until it tries again.
+//! 4. With grants: **grant within grace** (always): a key granted and not confirmed is
+//!    never still so `grace` ticks after the grant. **A grant nobody picks up passes on
+//!    within grace** (always): from a grant until it is picked up (confirmed, or taken
+//!    by the grantee's attempt) or passes on, at most `grace` ticks pass in which a
+//!    running waiter waits, unless the client that granted it was crashed or paused
+//!    when its check was due. (The force_unlock setting's "exclusion or fencing" spares
+//!    the guard it evicted, which learns at its next renewal, confirmation or release.)
+//! 5. Examples (`sometimes`), so that the check is not vacuous: a lock is acquired; a
 //!    reservation is taken; the key is reserved for a waiter that does not come; a lock
 //!    is handed off inside a client; two guards believe at once (a paused holder past
-//!    its lease beside its successor, or across a restart).
+//!    its lease beside its successor, or across a restart); with grants: a grant
+//!    confirmed, a grant taken by the grantee's attempt, a lapsed grant passed on by
+//!    the check, a key granted to a waiter that does not come, a grant evicted by
+//!    force_unlock.
 //!
 //! The checker explores every state within the bounds (one acquisition per task, the
 //! ticks, at most one pause, one crash or one restart) breadth-first, in three
@@ -112,6 +148,10 @@
 //! Broken variants of the model (release without the owner check, a reservation
 //! without expiry, no retry after a fresh subscription, a server clock behind after
 //! a restart, a lock taken from a reservation left uncontended) are each caught.
+//! With grants, four more settings of 0.35–0.9 million states (5–15 s each in debug),
+//! and four broken variants, each caught: a grant with the whole lease and no pick-up
+//! bound, a grantee counting its grace from the message's arrival, a LAPSED_GRANT
+//! check that frees only an absent key, a grant of a shorter lease unannounced.
 //!
 //! # What the model found
 //! With clients asking for different leases, "no forgotten waiter" failed for the
@@ -131,6 +171,16 @@
 //! `without_announcing_a_shortened_lease_a_waiter_sleeps_on_a_free_key` keeps the gap
 //! checked, `announcing_a_shortened_lease_keeps_waiters_awake` checks the fix (and that
 //! announcing only on a contended lock suffices).
+//!
+//! Grants (issue 25) opened it a third way: a grant tells the other waiters nothing,
+//! and lapses after a grace, long before the lease they were told. A late grantee (or
+//! a newcomer) whose attempt then finds the key free takes it *uncontended*, and if
+//! the releasing client's check only frees an absent key, that holder's release is
+//! silent: the waiters sleep on a free key until the end of the lease they were told
+//! (`a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught`). The model's
+//! protocol has LAPSED_GRANT mark a lock it finds taken contended (or ACQUIRE could
+//! mark a lock contended whenever the waitlist is not empty, which also covers a
+//! releasing client that died).
 
 use std::time::Instant;
 

@@ -42,12 +42,13 @@
 //!   owner (a fresh token `max(counter + 1, clock)`, the lease the grace, contended)
 //!   and tells only its client (its grant channel), or skips to the next head when
 //!   PUBLISH reaches nobody (the client's subscription is not made yet, or Redis knows
-//!   it is gone); when the granted lease is shorter than the lock released, it
-//!   announces it (`T:<ms>`) on the key's channel. The grantee holds from the message
-//!   alone, its lease counted from the grant (the client's conservative estimate:
-//!   exact here), and at once **confirms** (EXTEND with the owner check, to its full
-//!   lease; a failed one marks the lock lost); a grant read after its grace ran out
-//!   sends it back to an attempt. An **attempt** that finds the key granted to it takes
+//!   it is gone); when the granted lease is shorter than the lock released (always,
+//!   for a LEAVE_WAITLIST's or a check's grant), it announces it (`T:<ms>`) on the
+//!   key's channel. The grantee holds from the message alone, its lease counted from
+//!   the grant (the client's conservative estimate: exact here), and at once
+//!   **confirms** (EXTEND with the owner check, to its full lease; a failed one marks
+//!   the lock lost: so does a grant read late, paused, or after its attempt found the
+//!   key evicted, which the confirmation finds gone). An **attempt** that finds the key granted to it takes
 //!   it (full lease, fresh token, `T:<ms>`). The client that granted **checks** a grace
 //!   later (LAPSED_GRANT): an absent key goes to the next in line; a key taken meanwhile
 //!   by an attempt is marked contended, so that its release goes through the waitlist.
@@ -846,10 +847,6 @@ impl Protocol {
         let wake = s.clock + ttl;
         let subscribed = s.procs[p as usize].subscribed;
         let task = s.task(p, t);
-        // A grant read before this reply lapsed or was evicted since: the reply is newer.
-        if matches!(task.news, Some(News::Granted(_))) {
-            task.news = None;
-        }
         task.phase = if subscribed {
             Phase::Waiting {
                 wake,
@@ -956,22 +953,16 @@ impl Protocol {
                                 fallback: self.announce_lease.then_some(clock + lease),
                             },
                             // Granted: it holds the lock from the message alone, until
-                            // the grace from the grant ends; if that has already
-                            // happened (it was paused), it tries again (and takes the
-                            // key if it is still granted to it).
+                            // the grace from the grant ends, and its confirmation (due
+                            // at once) tells whether it still holds it: a grant read
+                            // late (paused, or after its attempt found the key evicted)
+                            // may be lost already.
                             Some(News::Granted(mut guard)) => {
                                 if self.broken == Broken::GrantLeaseFromArrival {
                                     guard.exp = clock + self.grace;
                                 }
-                                if clock < guard.exp {
-                                    picked = true;
-                                    Phase::Holding(guard)
-                                } else {
-                                    Phase::Attempt {
-                                        baton: None,
-                                        registered: true,
-                                    }
-                                }
+                                picked |= clock < guard.exp;
+                                Phase::Holding(guard)
                             }
                             None => task.phase,
                         };
@@ -984,7 +975,8 @@ impl Protocol {
                             };
                         }
                     }
-                    Phase::Holding(guard) if clock >= guard.exp => {
+                    // (A grant's confirmation, due, tells.)
+                    Phase::Holding(guard) if clock >= guard.exp && guard.confirmed => {
                         // `lost()`: the turn goes on, the guard lives.
                         task.phase = Phase::Stale { id: guard.id };
                         proc.turn = None;
@@ -1277,7 +1269,8 @@ impl Model for Protocol {
             Action::Check(p) => {
                 s.procs[p as usize].check = None;
                 match &mut s.key {
-                    Key::Absent => {
+                    // (With nobody in line, nothing to do.)
+                    Key::Absent if !s.waitlist.is_empty() => {
                         self.free_for_next(&mut s, Some(p), None);
                         s.passed_on |= s.watch.is_some();
                     }

@@ -140,7 +140,7 @@
 //!    is handed off inside a client; two guards believe at once (a paused holder past
 //!    its lease beside its successor, or across a restart); with grants: a grant
 //!    confirmed, a grant taken by the grantee's attempt, a lapsed grant passed on by
-//!    the check, a key granted to a waiter that does not come, a grant evicted by
+//!    the check, a confirmation too late (the grant lapsed or evicted), a key granted to a waiter that does not come, a grant evicted by
 //!    force_unlock.
 //!
 //! The checker explores every state within the bounds (one acquisition per task, the
@@ -465,6 +465,9 @@ struct State {
     evicted: Option<Id>,
     /// A grant that lapsed was passed on by its checker (an example, for `sometimes`).
     passed_on: bool,
+    /// A grantee's confirmation came too late: the grant had lapsed, or was evicted
+    /// (an example).
+    confirmed_late: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1043,6 +1046,7 @@ impl Model for Protocol {
             forced: 0,
             evicted: None,
             passed_on: false,
+            confirmed_late: false,
         }]
     }
 
@@ -1261,6 +1265,7 @@ impl Model for Protocol {
                     }
                     // Lapsed and passed on, or evicted: lost.
                     _ => {
+                        s.confirmed_late = true;
                         s.task(p, t).phase = Phase::Stale { id: guard.id };
                         s.procs[p as usize].turn = None;
                     }
@@ -1432,6 +1437,10 @@ impl Model for Protocol {
                 "a lapsed grant passed on",
                 |_, s: &State| s.passed_on,
             ));
+            properties.push(Property::sometimes(
+                "a grant's confirmation too late",
+                |_, s: &State| s.confirmed_late,
+            ));
         }
         if self.grants && self.max_pauses + self.max_crashes > 0 {
             properties.push(Property::sometimes(
@@ -1544,6 +1553,7 @@ fn grants_keep_the_guarantees_when_the_grantee_or_the_releaser_dies_or_stops() {
 fn grants_keep_the_guarantees_beside_a_hand_off_inside_a_client() {
     let model = Protocol {
         grants: true,
+        max_time: 7,
         ..Protocol::two_clients(Broken::None)
     };
     explore(model, "grants, two clients").assert_properties();

@@ -1437,6 +1437,8 @@ impl Model for Protocol {
                 "a lapsed grant passed on",
                 |_, s: &State| s.passed_on,
             ));
+        }
+        if self.grants && self.max_pauses + self.max_force_unlocks > 0 {
             properties.push(Property::sometimes(
                 "a grant's confirmation too late",
                 |_, s: &State| s.confirmed_late,

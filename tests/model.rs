@@ -101,6 +101,9 @@
 //!    between; and every guard within its lease is, in Redis's view, the key's owner
 //!    (so no two hold it there at once), with an expiry no earlier than its own
 //!    estimate.
+//!    And **fencing tokens increase** (always): of any two guards held, believed or
+//!    not, the later acquisition (a grant counts when the release makes it) has the
+//!    larger token.
 //! 2. **reservation within grace** (always; the fairness assumption's "a named client
 //!    that does not answer within the grace loses its turn", and guarantee 7's "no
 //!    place in a waiter waitlist" left behind for long): a key reserved for a waiter is
@@ -149,7 +152,7 @@
 //! Broken variants of the model (release without the owner check, a reservation
 //! without expiry, no retry after a fresh subscription, a server clock behind after
 //! a restart, a lock taken from a reservation left uncontended) are each caught.
-//! With grants, four more settings of 0.35–0.9 million states (5–15 s each in debug),
+//! With grants, four more settings of 0.35–1 million states (5–20 s each in debug),
 //! and four broken variants, each caught: a grant with the whole lease and no pick-up
 //! bound, a grantee counting its grace from the message's arrival, a LAPSED_GRANT
 //! check that frees only an absent key, a grant of a shorter lease unannounced.
@@ -1370,6 +1373,11 @@ impl Model for Protocol {
                     .filter(|g| g.epoch == s.epoch && s.clock < g.exp && !evicted(g))
                     .all(|g| matches!(s.key, Key::Owned { by, exp, .. } if by == g.id && exp >= g.exp));
                 fenced && redis_agrees
+            }),
+            // Of any two guards held (believed or not), the later acquisition has the
+            // larger token: a grant's token, made by the release, and an attempt's alike.
+            Property::always("fencing tokens increase", |_, s: &State| {
+                holders(s).all(|a| holders(s).all(|b| b.seq <= a.seq || b.token > a.token))
             }),
             Property::always(
                 "reservation within grace",

@@ -143,11 +143,12 @@
 //!    is handed off inside a client; two guards believe at once (a paused holder past
 //!    its lease beside its successor, or across a restart); with grants: a grant
 //!    confirmed, a grant taken by the grantee's attempt, a lapsed grant passed on by
-//!    the check, a confirmation too late (the grant lapsed or evicted), a key granted to a waiter that does not come, a grant evicted by
-//!    force_unlock.
+//!    the check, a confirmation too late (the grant lapsed or was evicted), a key
+//!    granted to a waiter that does not come, a grant evicted by force_unlock.
 //!
 //! The checker explores every state within the bounds (one acquisition per task, the
-//! ticks, at most one pause, one crash or one restart) breadth-first, in three
+//! ticks, at most one pause, one crash or one restart; with grants, one force_unlock
+//! in its setting) breadth-first, in three
 //! settings of 0.3–0.6 million states each, a few seconds each in a debug build.
 //! Broken variants of the model (release without the owner check, a reservation
 //! without expiry, no retry after a fresh subscription, a server clock behind after
@@ -181,10 +182,11 @@
 //! a newcomer) whose attempt then finds the key free takes it *uncontended*, and if
 //! the releasing client's check only frees an absent key, that holder's release is
 //! silent: the waiters sleep on a free key until the end of the lease they were told
-//! (`a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught`). The model's
-//! protocol has LAPSED_GRANT mark a lock it finds taken contended (or ACQUIRE could
-//! mark a lock contended whenever the waitlist is not empty, which also covers a
-//! releasing client that died).
+//! (`a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught`, the script as
+//! first written). The model's protocol has LAPSED_GRANT mark a lock it finds taken
+//! contended, so that its release goes through the waitlist. (ACQUIRE marking a lock
+//! contended when others are in line also passes the model, at a command more on the
+//! uncontended path.)
 
 use std::time::Instant;
 

@@ -154,8 +154,8 @@
 //! without expiry, no retry after a fresh subscription, a server clock behind after
 //! a restart, a lock taken from a reservation left uncontended) are each caught.
 //! With grants, four more settings of 0.35–1 million states (5–20 s each in debug),
-//! and four broken variants, each caught: a grant with the whole lease and no pick-up
-//! bound, a grantee counting its grace from the message's arrival, a LAPSED_GRANT
+//! and five broken variants, each caught: a grant with the whole lease and no pick-up
+//! bound, a grant that lapses with the grace but unchecked, a grantee counting its grace from the message's arrival, a LAPSED_GRANT
 //! check that frees only an absent key, a grant of a shorter lease unannounced.
 //!
 //! # What the model found
@@ -217,6 +217,8 @@ enum Broken {
     /// A grant gives the waiter its full lease at once, and nobody checks that it was
     /// picked up: no grace, no LAPSED_GRANT.
     GrantWithoutPickUpBound,
+    /// A grant lapses with the grace, but nobody checks (no LAPSED_GRANT).
+    GrantWithoutCheck,
     /// The grantee counts its grace from when it reads the grant message, not from the
     /// conservative estimate of when the release granted it.
     GrantLeaseFromArrival,
@@ -734,7 +736,10 @@ impl Protocol {
         if self.announce_lease && before.is_none_or(|before| lease < before) {
             s.publish(Message::Taken(lease));
         }
-        if self.broken != Broken::GrantWithoutPickUpBound {
+        if !matches!(
+            self.broken,
+            Broken::GrantWithoutPickUpBound | Broken::GrantWithoutCheck
+        ) {
             s.procs[checker as usize].check = Some(clock + self.grace);
         }
         s.watch = Some(Watch {
@@ -1629,6 +1634,17 @@ fn a_grant_without_a_pick_up_bound_is_caught() {
     counterexample(
         grants(Broken::GrantWithoutPickUpBound),
         "a grant without a pick-up bound",
+        "a grant nobody picks up passes on within grace",
+    );
+}
+
+/// A grant that lapses with the grace but that nobody checks: the waiters in line, told
+/// nothing, sleep until the lease of the lock released ends.
+#[test]
+fn a_grant_that_lapses_unchecked_is_caught() {
+    counterexample(
+        grants(Broken::GrantWithoutCheck),
+        "a grant that lapses unchecked",
         "a grant nobody picks up passes on within grace",
     );
 }

@@ -37,6 +37,26 @@
 //!   lock); a holder whose local lease estimate ran out **notices** (the client's turn
 //!   goes to its next task; the guard lives on, and its release finds the key not its
 //!   own);
+//! - **grant** (issue 25; the settings with `grants`): FREE_FOR_NEXT, run by a
+//!   release, a LEAVE_WAITLIST or a LAPSED_GRANT check, makes the waitlist's head the
+//!   owner (a fresh token `max(counter + 1, clock)`, the lease the grace, contended)
+//!   and tells only its client (its grant channel), or skips to the next head when
+//!   PUBLISH reaches nobody (the client's subscription is not made yet, or Redis knows
+//!   it is gone); when the granted lease is shorter than the lock released (always,
+//!   for a LEAVE_WAITLIST's or a check's grant), it announces it (`T:<ms>`) on the
+//!   key's channel. The grantee holds from the message alone, its lease counted from
+//!   the grant (the client's conservative estimate: exact here), and at once
+//!   **confirms** (EXTEND with the owner check, to its full lease; a failed one marks
+//!   the lock lost: so does a grant read late, paused, or after its attempt found the
+//!   key evicted, which the confirmation finds gone). An **attempt** that finds the key granted to it takes
+//!   it (full lease, fresh token, `T:<ms>`). The client that granted **checks** a grace
+//!   later (LAPSED_GRANT): an absent key goes to the next in line; a key taken meanwhile
+//!   by an attempt is marked contended, so that its release goes through the waitlist.
+//!   A waiter that gave up frees a grant made to it (LEAVE_WAITLIST). A crashed
+//!   client's subscription stays until Redis **notices** the disconnection (so a grant
+//!   can go to a dead client). **force_unlock** (at most once, by an operator) evicts
+//!   the owner, a grantee too, and reserves the key for the head (FORCE_UNLOCK has no
+//!   fencing counter: it reserves, as for a client without grants);
 //! - **time passing**: key, reservation and registration expiry;
 //! - **faults**: a process **pauses** (it takes no step, and a holder keeps believing
 //!   it holds, whatever the clock says, until it resumes: the moment between checking
@@ -68,7 +88,10 @@
 //! - One acquisition per task, one owner value per acquisition (the client's fresh
 //!   token per attempt only matters for replies lost mid-way, not modelled).
 //! - Not modelled: `hold_at_least` (`K:` messages), try-locks (every attempt here
-//!   waits), cancellation clean-up, RedLock, Cluster, Sentinel.
+//!   waits), cancellation clean-up, RedLock, Cluster, Sentinel; with grants: readers
+//!   and semaphores (granted together), a waitlist mixing grant-capable waiters with
+//!   older clients', a Redis restart, the client's drift allowance, a confirmation
+//!   delayed past the body's release (it is sent first).
 //!
 //! # Properties, and the guarantees of RELIABILITY.md they stand for
 //! 1. **exclusion or fencing** (always; guarantees 1 and 2, with the assumptions
@@ -78,6 +101,9 @@
 //!    between; and every guard within its lease is, in Redis's view, the key's owner
 //!    (so no two hold it there at once), with an expiry no earlier than its own
 //!    estimate.
+//!    And **fencing tokens increase** (always): of any two guards held, believed or
+//!    not, the later acquisition (a grant counts when the release makes it) has the
+//!    larger token.
 //! 2. **reservation within grace** (always; the fairness assumption's "a named client
 //!    that does not answer within the grace loses its turn", and guarantee 7's "no
 //!    place in a waiter waitlist" left behind for long): a key reserved for a waiter is
@@ -101,17 +127,36 @@
 //!    the reservation's end (the checker finds this when it is counted: a client
 //!    paused while `R:<another>` arrives, resumed after that reservation ran out);
 //!    the first counter still bounds it.
-//! 4. Examples (`sometimes`), so that the check is not vacuous: a lock is acquired; a
+//!    With grants, a waiter that slept while a grant's check was lost or late (the
+//!    client that granted crashed, or was paused when its check was due: the design's
+//!    double fault, grantee and releaser both gone) falls back to its lease timer: both
+//!    counters are bounded by the longest lease, plus the grace, until it tries again.
+//! 4. With grants: **grant within grace** (always): a key granted and not confirmed is
+//!    never still so `grace` ticks after the grant. **A grant nobody picks up passes on
+//!    within grace** (always): from a grant until it is picked up (confirmed, or taken
+//!    by the grantee's attempt) or passes on, at most `grace` ticks pass in which a
+//!    running waiter waits, unless the client that granted it was crashed or paused
+//!    when its check was due. (The force_unlock setting's "exclusion or fencing" spares
+//!    the guard it evicted, which learns at its next renewal, confirmation or release.)
+//! 5. Examples (`sometimes`), so that the check is not vacuous: a lock is acquired; a
 //!    reservation is taken; the key is reserved for a waiter that does not come; a lock
 //!    is handed off inside a client; two guards believe at once (a paused holder past
-//!    its lease beside its successor, or across a restart).
+//!    its lease beside its successor, or across a restart); with grants: a grant
+//!    confirmed, a grant taken by the grantee's attempt, a lapsed grant passed on by
+//!    the check, a confirmation too late (the grant lapsed or was evicted), a key
+//!    granted to a waiter that does not come, a grant evicted by force_unlock.
 //!
 //! The checker explores every state within the bounds (one acquisition per task, the
-//! ticks, at most one pause, one crash or one restart) breadth-first, in three
+//! ticks, at most one pause, one crash or one restart; with grants, one force_unlock
+//! in its setting) breadth-first, in three
 //! settings of 0.3–0.6 million states each, a few seconds each in a debug build.
 //! Broken variants of the model (release without the owner check, a reservation
 //! without expiry, no retry after a fresh subscription, a server clock behind after
 //! a restart, a lock taken from a reservation left uncontended) are each caught.
+//! With grants, four more settings of 0.35–1 million states (5–20 s each in debug),
+//! and five broken variants, each caught: a grant with the whole lease and no pick-up
+//! bound, a grant that lapses with the grace but unchecked, a grantee counting its grace from the message's arrival, a LAPSED_GRANT
+//! check that frees only an absent key, a grant of a shorter lease unannounced.
 //!
 //! # What the model found
 //! With clients asking for different leases, "no forgotten waiter" failed for the
@@ -131,6 +176,17 @@
 //! `without_announcing_a_shortened_lease_a_waiter_sleeps_on_a_free_key` keeps the gap
 //! checked, `announcing_a_shortened_lease_keeps_waiters_awake` checks the fix (and that
 //! announcing only on a contended lock suffices).
+//!
+//! Grants (issue 25) opened it a third way: a grant tells the other waiters nothing,
+//! and lapses after a grace, long before the lease they were told. A late grantee (or
+//! a newcomer) whose attempt then finds the key free takes it *uncontended*, and if
+//! the releasing client's check only frees an absent key, that holder's release is
+//! silent: the waiters sleep on a free key until the end of the lease they were told
+//! (`a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught`, the script as
+//! first written). The model's protocol has LAPSED_GRANT mark a lock it finds taken
+//! contended, so that its release goes through the waitlist. (ACQUIRE marking a lock
+//! contended when others are in line also passes the model, at a command more on the
+//! uncontended path.)
 
 use std::time::Instant;
 
@@ -158,6 +214,17 @@ enum Broken {
     /// A lock taken from a reservation starts uncontended (only a busy attempt marks
     /// it), so its release may go unpublished while a waiter sleeps.
     ReservationTakenUncontended,
+    /// A grant gives the waiter its full lease at once, and nobody checks that it was
+    /// picked up: no grace, no LAPSED_GRANT.
+    GrantWithoutPickUpBound,
+    /// A grant lapses with the grace, but nobody checks (no LAPSED_GRANT).
+    GrantWithoutCheck,
+    /// The grantee counts its grace from when it reads the grant message, not from the
+    /// conservative estimate of when the release granted it.
+    GrantLeaseFromArrival,
+    /// LAPSED_GRANT does nothing when it finds the key held (taken meanwhile by an
+    /// attempt, uncontended): it frees only an absent key.
+    LapsedGrantCheckOnlyWhenAbsent,
 }
 
 /// The model's parameters.
@@ -189,6 +256,13 @@ struct Protocol {
     max_pauses: u8,
     max_crashes: u8,
     max_restarts: u8,
+    /// Issue 25: a release grants the key to the waitlist's head (`Key::Owned` with
+    /// `granted`, the message on that client's grant channel alone) instead of
+    /// reserving it. Off in the settings of the protocol before grants (which older
+    /// clients and readers still get).
+    grants: bool,
+    /// `force_unlock` calls (by an operator, from no client of the model).
+    max_force_unlocks: u8,
     broken: Broken,
 }
 
@@ -208,8 +282,11 @@ enum Key {
         by: Id,
         exp: Tick,
         /// An attempt found it busy, or it changed hands (a hand-off, a reservation
-        /// taken): its release is published (`scripts::CONTENDED`).
+        /// taken, a grant): its release is published (`scripts::CONTENDED`).
         contended: bool,
+        /// Granted at this tick by a release, and not yet confirmed by the grantee: its
+        /// lease is the grace.
+        granted: Option<Tick>,
     },
     Reserved {
         by: Id,
@@ -241,13 +318,20 @@ enum News {
     ForUs,
     ForAnother,
     Taken(Tick),
+    /// `G <id> <token> <ms since registration>` on this client's grant channel: the
+    /// guard it makes, with the lease counted from the grant (the client's
+    /// conservative estimate of when it happened, exact in the model).
+    Granted(Guard),
 }
 
 impl News {
-    /// `Release::merge`: a message that asks the waiter to try outlives later ones.
+    /// `Release::merge`: a message that asks the waiter to try outlives later ones,
+    /// and a grant outlives every other.
     fn merge(earlier: Option<News>, later: News) -> News {
-        match earlier {
-            Some(urgent @ (News::Free | News::ForUs)) => urgent,
+        match (earlier, later) {
+            (Some(grant @ News::Granted(_)), _) => grant,
+            (_, News::Granted(_)) => later,
+            (Some(urgent @ (News::Free | News::ForUs)), _) => urgent,
             _ => later,
         }
     }
@@ -259,6 +343,10 @@ enum How {
     Free,
     Reservation,
     HandOff,
+    /// From a grant message.
+    Grant,
+    /// By an attempt that found the key granted to it (its message not read yet).
+    GrantTaken,
 }
 
 /// A held lock, as its guard sees it.
@@ -273,6 +361,8 @@ struct Guard {
     /// The local lease estimate.
     exp: Tick,
     how: How,
+    /// False for a grant until its confirmation (EXTEND to the full lease) is answered.
+    confirmed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -317,6 +407,10 @@ struct Task {
     /// Consecutive ticks this task, running, slept until the end of a lease it was
     /// told while the key was absent.
     stalled_free: u8,
+    /// It waited while a grant's check was lost or late (its checker crashed, or was
+    /// paused when the check was due) and has not tried since: it may sleep until the
+    /// end of the lease it was told.
+    unchecked: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -339,6 +433,20 @@ struct Proc {
     handoffs: u8,
     /// LEAVE_WAITLIST scripts under way in the background.
     leaving: Vec<Id>,
+    /// When this client, having granted the key, checks that the grant was picked up
+    /// (LAPSED_GRANT, a grace after the grant).
+    check: Option<Tick>,
+}
+
+/// A grant not yet picked up (confirmed, or taken by the grantee's attempt).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Watch {
+    /// The client that granted it, and checks it.
+    checker: u8,
+    /// Ticks since the grant in which a running task waited in Redis.
+    ticks: Tick,
+    /// The checker was not running at a tick since the grant (paused or crashed).
+    faulted: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -356,6 +464,17 @@ struct State {
     procs: Vec<Proc>,
     pauses: u8,
     crashes: u8,
+    /// The grant not yet picked up, if any.
+    watch: Option<Watch>,
+    forced: u8,
+    /// The owner `force_unlock` evicted (it learns at its next renewal, confirmation or
+    /// release).
+    evicted: Option<Id>,
+    /// A grant that lapsed was passed on by its checker (an example, for `sometimes`).
+    passed_on: bool,
+    /// A grantee's confirmation came too late: the grant had lapsed, or was evicted
+    /// (an example).
+    confirmed_late: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -376,6 +495,15 @@ enum Action {
     /// A guard that knows its lock is lost is released (or dropped).
     ReleaseStale(u8, u8),
     LeaveWaitlist(u8),
+    /// A grantee's confirmation: EXTEND with the owner check, to its full lease.
+    Confirm(u8, u8),
+    /// LAPSED_GRANT: the client that granted the key frees it for the next in line if
+    /// the grant lapsed.
+    Check(u8),
+    /// Redis notices that a crashed client's connection is gone: its subscriptions go.
+    Disconnect(u8),
+    /// `force_unlock` of the key's owner (`scripts::FORCE_UNLOCK`).
+    ForceUnlock,
     Pause(u8),
     Resume(u8),
     Crash(u8),
@@ -430,6 +558,13 @@ impl Task {
 impl State {
     fn task(&mut self, p: u8, t: u8) -> &mut Task {
         &mut self.procs[p as usize].tasks[t as usize]
+    }
+
+    /// A grant's check is lost or late: the waiters now fall back to their lease timers.
+    fn lose_check(&mut self) {
+        for task in self.procs.iter_mut().flat_map(|proc| &mut proc.tasks) {
+            task.unchecked |= task.waits();
+        }
     }
 
     /// Every guard that believes it holds the lock: its process is alive and either
@@ -491,6 +626,8 @@ impl Protocol {
             max_pauses: 1,
             max_crashes: 1,
             max_restarts: 0,
+            grants: false,
+            max_force_unlocks: 0,
             broken,
         }
     }
@@ -517,11 +654,27 @@ impl Protocol {
         }
     }
 
-    /// FREE_FOR_NEXT: reserve the key for the waitlist's head (dropping registrations that
-    /// expired), or delete it; publish which.
-    fn free_for_next(&self, s: &mut State) {
+    /// FREE_FOR_NEXT, run by a script of client `by` (`None`: `force_unlock`): drop
+    /// registrations that expired; with grants (and a client to check them), grant the
+    /// key to the waitlist's head, or to the next if PUBLISH on the head's grant channel
+    /// reaches nobody; else reserve the key for the head; or delete it. Publish which.
+    ///
+    /// `before`: the remaining lease of the lock released (none for a waiter leaving,
+    /// or a lapsed grant's check).
+    fn free_for_next(&self, s: &mut State, by: Option<u8>, before: Option<Tick>) {
         let clock = s.clock;
         s.waitlist.retain(|registration| registration.exp > clock);
+        if let Some(checker) = by.filter(|_| self.grants) {
+            while !s.waitlist.is_empty() {
+                let head = s.waitlist.remove(0).id;
+                if self.grant(s, head, checker, before) {
+                    return;
+                }
+            }
+        }
+        // No grant to pick up: the reservation's grace, or the free key's message, now
+        // bounds the wait.
+        s.watch = None;
         if s.waitlist.is_empty() {
             s.key = Key::Absent;
             s.publish(Message::Free);
@@ -538,17 +691,80 @@ impl Protocol {
         }
     }
 
-    /// RELEASE with `keep` 0: compare-and-hand-on.
+    /// The grant of the key to `head` by client `checker`'s script: false when PUBLISH
+    /// on `head`'s grant channel reaches nobody (Redis knows its client is gone, or its
+    /// subscription is not made yet), and nothing is granted.
+    fn grant(&self, s: &mut State, head: Id, checker: u8, before: Option<Tick>) -> bool {
+        let clock = s.clock;
+        let proc = &s.procs[head.proc as usize];
+        if !proc.subscribed {
+            return false;
+        }
+        let lease = self.clients[head.proc as usize][head.task as usize];
+        let exp = match self.broken {
+            Broken::GrantWithoutPickUpBound => clock + lease,
+            _ => clock + self.grace,
+        };
+        let token = (s.fence + 1).max(u32::from(clock) * UNITS_PER_TICK);
+        s.fence = token;
+        s.key = Key::Owned {
+            by: head,
+            exp,
+            contended: true,
+            granted: Some(clock),
+        };
+        let guard = Guard {
+            id: head,
+            token,
+            seq: s.acquisitions,
+            epoch: s.epoch,
+            exp,
+            how: How::Grant,
+            confirmed: false,
+        };
+        s.acquisitions += 1;
+        // Only the grantee's client hears it, and only a waiter with that id takes it:
+        // one that gave up meanwhile has its LEAVE_WAITLIST under way.
+        if proc.status != Status::Crashed {
+            let task = &mut s.procs[head.proc as usize].tasks[head.task as usize];
+            if task.id(head.proc, head.task) == head && task.listens() {
+                task.news = Some(News::merge(task.news, News::Granted(guard)));
+            }
+        }
+        // The others were told when the lock before ends at the latest; the grantee's
+        // may end sooner.
+        if self.announce_lease && before.is_none_or(|before| lease < before) {
+            s.publish(Message::Taken(lease));
+        }
+        if !matches!(
+            self.broken,
+            Broken::GrantWithoutPickUpBound | Broken::GrantWithoutCheck
+        ) {
+            s.procs[checker as usize].check = Some(clock + self.grace);
+        }
+        s.watch = Some(Watch {
+            checker,
+            ticks: 0,
+            faulted: false,
+        });
+        true
+    }
+
+    /// RELEASE with `keep` 0 by client `p`: compare-and-hand-on.
     /// An uncontended lock is deleted with no message (see `Key::Owned::contended`).
-    fn release(&self, s: &mut State, id: Id) {
+    fn release(&self, s: &mut State, p: u8, id: Id) {
         match s.key {
             Key::Owned {
                 by,
                 contended: false,
                 ..
             } if by == id => s.key = Key::Absent,
-            Key::Owned { by, .. } if by == id => self.free_for_next(s),
-            _ if self.broken == Broken::ReleaseWithoutOwnerCheck => self.free_for_next(s),
+            Key::Owned { by, exp, .. } if by == id => {
+                self.free_for_next(s, Some(p), Some(exp - s.clock))
+            }
+            _ if self.broken == Broken::ReleaseWithoutOwnerCheck => {
+                self.free_for_next(s, Some(p), None)
+            }
             _ => {}
         }
     }
@@ -556,6 +772,7 @@ impl Protocol {
     /// The ACQUIRE script, and what the task does with its reply.
     fn attempt(&self, s: &mut State, p: u8, t: u8, baton: Option<Id>, registered: bool) {
         let id = s.task(p, t).id(p, t);
+        s.task(p, t).unchecked = false;
         let mut handed = false;
         if let Some(previous) = baton
             && matches!(s.key, Key::Owned { by, .. } if by == previous)
@@ -568,12 +785,18 @@ impl Protocol {
             how = Some(if handed { How::HandOff } else { How::Free });
         } else if matches!(s.key, Key::Reserved { by, .. } if by == id) {
             how = Some(How::Reservation);
+        } else if matches!(s.key, Key::Owned { by, .. } if by == id) {
+            // Granted to this waiter, whose message it has not read: taken, with the
+            // full lease.
+            how = Some(How::GrantTaken);
         }
         if let Some(how) = how {
             if registered || how == How::Reservation {
                 s.waitlist.retain(|registration| registration.id != id);
             }
-            if how == How::Reservation || (how == How::HandOff && self.announce_lease) {
+            if how == How::Reservation
+                || (matches!(how, How::HandOff | How::GrantTaken) && self.announce_lease)
+            {
                 s.publish(Message::Taken(self.clients[p as usize][t as usize]));
             }
             let now = u32::from(s.clock.saturating_sub(s.skew)) * UNITS_PER_TICK;
@@ -583,13 +806,14 @@ impl Protocol {
             let exp = s.clock + lease;
             let contended = match how {
                 How::Free => false,
-                How::HandOff => true,
+                How::HandOff | How::Grant | How::GrantTaken => true,
                 How::Reservation => self.broken != Broken::ReservationTakenUncontended,
             };
             s.key = Key::Owned {
                 by: id,
                 exp,
                 contended,
+                granted: None,
             };
             let guard = Guard {
                 id,
@@ -598,13 +822,10 @@ impl Protocol {
                 epoch: s.epoch,
                 exp,
                 how,
+                confirmed: true,
             };
             s.acquisitions += 1;
-            // The key served someone: no waiter has been kept from a free key.
-            for task in s.procs.iter_mut().flat_map(|proc| &mut proc.tasks) {
-                task.stalled = 0;
-                task.stalled_free = 0;
-            }
+            served(s, true);
             let task = s.task(p, t);
             task.phase = Phase::Holding(guard);
             task.news = None;
@@ -669,6 +890,25 @@ impl Protocol {
                 };
             }
         }
+        if let Some(watch) = &mut s.watch {
+            let waiting = s
+                .procs
+                .iter()
+                .any(|proc| proc.status == Status::Running && proc.tasks.iter().any(Task::waits));
+            if waiting {
+                watch.ticks += 1;
+            }
+            // The check due (or lost with its client) is not made in this tick.
+            let checker = &s.procs[watch.checker as usize];
+            if checker.status != Status::Running && checker.check.is_none_or(|due| due <= s.clock) {
+                watch.faulted = true;
+            }
+        }
+        if s.procs.iter().any(|proc| {
+            proc.status == Status::Paused && proc.check.is_some_and(|due| due <= s.clock)
+        }) {
+            s.lose_check();
+        }
         s.clock += 1;
         let clock = s.clock;
         match s.key {
@@ -678,8 +918,12 @@ impl Protocol {
             _ => {}
         }
         s.waitlist.retain(|registration| registration.exp > clock);
-        // A subscription nobody listens to lingers until the next tick.
+        // A subscription nobody listens to lingers until the next tick; a crashed
+        // client's, with grants, until Redis notices (`Action::Disconnect`).
         for proc in &mut s.procs {
+            if self.grants && proc.status == Status::Crashed {
+                continue;
+            }
             if !proc
                 .tasks
                 .iter()
@@ -696,6 +940,7 @@ impl Protocol {
     /// eagerly: they commute with every other process's steps.
     fn settle(&self, s: &mut State) {
         let clock = s.clock;
+        let mut picked = false;
         for proc in &mut s.procs {
             if proc.status != Status::Running {
                 continue;
@@ -720,6 +965,18 @@ impl Protocol {
                                 wake,
                                 fallback: self.announce_lease.then_some(clock + lease),
                             },
+                            // Granted: it holds the lock from the message alone, until
+                            // the grace from the grant ends, and its confirmation (due
+                            // at once) tells whether it still holds it: a grant read
+                            // late (paused, or after its attempt found the key evicted)
+                            // may be lost already.
+                            Some(News::Granted(mut guard)) => {
+                                if self.broken == Broken::GrantLeaseFromArrival {
+                                    guard.exp = clock + self.grace;
+                                }
+                                picked |= clock < guard.exp;
+                                Phase::Holding(guard)
+                            }
                             None => task.phase,
                         };
                         if let Phase::Waiting { wake, fallback } = task.phase
@@ -731,7 +988,8 @@ impl Protocol {
                             };
                         }
                     }
-                    Phase::Holding(guard) if clock >= guard.exp => {
+                    // (A grant's confirmation, due, tells.)
+                    Phase::Holding(guard) if clock >= guard.exp && guard.confirmed => {
                         // `lost()`: the turn goes on, the guard lives.
                         task.phase = Phase::Stale { id: guard.id };
                         proc.turn = None;
@@ -747,6 +1005,9 @@ impl Protocol {
                     registered: false,
                 };
             }
+        }
+        if picked {
+            served(s, false);
         }
     }
 }
@@ -768,6 +1029,7 @@ impl Model for Protocol {
                         news: None,
                         stalled: 0,
                         stalled_free: 0,
+                        unchecked: false,
                     };
                     tasks.len()
                 ],
@@ -776,6 +1038,7 @@ impl Model for Protocol {
                 subscribed: false,
                 handoffs: 0,
                 leaving: Vec::new(),
+                check: None,
             })
             .collect();
         vec![State {
@@ -789,6 +1052,11 @@ impl Model for Protocol {
             procs,
             pauses: 0,
             crashes: 0,
+            watch: None,
+            forced: 0,
+            evicted: None,
+            passed_on: false,
+            confirmed_late: false,
         }]
     }
 
@@ -798,7 +1066,12 @@ impl Model for Protocol {
         for (p, proc) in s.procs.iter().enumerate() {
             let p = p as u8;
             match proc.status {
-                Status::Crashed => continue,
+                Status::Crashed => {
+                    if self.grants && proc.subscribed {
+                        actions.push(Action::Disconnect(p));
+                    }
+                    continue;
+                }
                 Status::Paused => {
                     actions.push(Action::Resume(p));
                     continue;
@@ -819,6 +1092,11 @@ impl Model for Protocol {
                         due = true;
                     }
                     Phase::Waiting { .. } => actions.push(Action::GiveUp(p, t)),
+                    Phase::Holding(guard) if !guard.confirmed => {
+                        // Sent at once, in the background.
+                        actions.push(Action::Confirm(p, t));
+                        due = true;
+                    }
                     Phase::Holding(guard) => {
                         actions.push(Action::Renew(p, t));
                         actions.push(Action::Release(p, t));
@@ -833,12 +1111,19 @@ impl Model for Protocol {
                 actions.push(Action::LeaveWaitlist(p));
                 due = true;
             }
+            if proc.check.is_some_and(|at| at <= s.clock) {
+                actions.push(Action::Check(p));
+                due = true;
+            }
             if s.pauses < self.max_pauses {
                 actions.push(Action::Pause(p));
             }
             if s.crashes < self.max_crashes {
                 actions.push(Action::Crash(p));
             }
+        }
+        if s.forced < self.max_force_unlocks && matches!(s.key, Key::Owned { .. }) {
+            actions.push(Action::ForceUnlock);
         }
         if !due && s.clock < self.max_time {
             actions.push(Action::Tick);
@@ -917,6 +1202,7 @@ impl Model for Protocol {
                         by,
                         exp: key_exp,
                         contended,
+                        ..
                     } if *by == guard.id => {
                         // Waiters were told the old expiry: a shorter one is news.
                         let announce = self.announce_extend && *contended && exp < *key_exp;
@@ -950,7 +1236,7 @@ impl Model for Protocol {
                 } else {
                     proc.handoffs = 0;
                     proc.turn = None;
-                    self.release(&mut s, guard.id);
+                    self.release(&mut s, p, guard.id);
                 }
             }
             Action::ReleaseStale(p, t) => {
@@ -958,14 +1244,71 @@ impl Model for Protocol {
                     unreachable!()
                 };
                 s.task(p, t).finish();
-                self.release(&mut s, id);
+                self.release(&mut s, p, id);
             }
             Action::LeaveWaitlist(p) => {
                 let id = s.procs[p as usize].leaving.remove(0);
                 s.waitlist.retain(|registration| registration.id != id);
-                if matches!(s.key, Key::Reserved { by, .. } if by == id) {
-                    self.free_for_next(&mut s);
+                // Reserved, or granted, to the waiter that gave up: the next in line.
+                if matches!(s.key, Key::Reserved { by, .. } | Key::Owned { by, .. } if by == id) {
+                    self.free_for_next(&mut s, Some(p), None);
                 }
+            }
+            Action::Confirm(p, t) => {
+                let Phase::Holding(mut guard) = s.task(p, t).phase else {
+                    unreachable!()
+                };
+                let exp = s.clock + self.clients[p as usize][t as usize];
+                match &mut s.key {
+                    Key::Owned {
+                        by,
+                        exp: key_exp,
+                        granted,
+                        ..
+                    } if *by == guard.id => {
+                        *key_exp = exp;
+                        *granted = None;
+                        guard.exp = exp;
+                        guard.confirmed = true;
+                        s.task(p, t).phase = Phase::Holding(guard);
+                        s.watch = None;
+                    }
+                    // Lapsed and passed on, or evicted: lost.
+                    _ => {
+                        s.confirmed_late = true;
+                        s.task(p, t).phase = Phase::Stale { id: guard.id };
+                        s.procs[p as usize].turn = None;
+                    }
+                }
+            }
+            Action::Check(p) => {
+                s.procs[p as usize].check = None;
+                match &mut s.key {
+                    // (With nobody in line, nothing to do.)
+                    Key::Absent if !s.waitlist.is_empty() => {
+                        self.free_for_next(&mut s, Some(p), None);
+                        s.passed_on |= s.watch.is_some();
+                    }
+                    // Taken since the grant lapsed by an attempt that found it free (the
+                    // late grantee's, a newcomer's): the waiters in line were told nothing
+                    // and sleep on; its release must go through the waitlist.
+                    Key::Owned { contended, .. }
+                        if self.broken != Broken::LapsedGrantCheckOnlyWhenAbsent =>
+                    {
+                        *contended = true
+                    }
+                    _ => {}
+                }
+            }
+            Action::Disconnect(p) => s.procs[p as usize].subscribed = false,
+            Action::ForceUnlock => {
+                let Key::Owned { by, .. } = s.key else {
+                    unreachable!()
+                };
+                s.forced += 1;
+                s.evicted = Some(by);
+                // FORCE_UNLOCK's free_for_next has no fencing counter: it reserves.
+                self.free_for_next(&mut s, None, None);
             }
             Action::Pause(p) => {
                 s.pauses += 1;
@@ -974,6 +1317,9 @@ impl Model for Protocol {
             Action::Resume(p) => s.procs[p as usize].status = Status::Running,
             Action::Crash(p) => {
                 s.crashes += 1;
+                if s.procs[p as usize].check.is_some() {
+                    s.lose_check();
+                }
                 let rounds = self.rounds;
                 let proc = &mut s.procs[p as usize];
                 proc.status = Status::Crashed;
@@ -984,13 +1330,17 @@ impl Model for Protocol {
                         news: None,
                         stalled: 0,
                         stalled_free: 0,
+                        unchecked: false,
                     };
                 }
                 proc.turn = None;
                 proc.line.clear();
-                proc.subscribed = false;
+                // With grants, Redis may not know yet (`Action::Disconnect`): a grant
+                // can still reach its subscription, and nobody.
+                proc.subscribed &= self.grants;
                 proc.handoffs = 0;
                 proc.leaving.clear();
+                proc.check = None;
             }
             Action::RestartRedis => {
                 self.tick(&mut s);
@@ -1016,18 +1366,25 @@ impl Model for Protocol {
                 let guards = s.believers();
                 // Of two guards believing at once, the later acquisition has the larger
                 // token, and the earlier lease ran out (unless Redis restarted between).
+                // (A guard `force_unlock` evicted is no longer the key's owner, and learns
+                // it at its next renewal, confirmation or release.)
+                let evicted = |g: &Guard| s.evicted == Some(g.id);
                 let fenced = guards.iter().all(|a| {
-                    guards
-                        .iter()
-                        .filter(|b| b.seq > a.seq)
-                        .all(|b| b.token > a.token && (a.epoch != b.epoch || s.clock >= a.exp))
+                    guards.iter().filter(|b| b.seq > a.seq).all(|b| {
+                        b.token > a.token && (a.epoch != b.epoch || s.clock >= a.exp || evicted(a))
+                    })
                 });
                 // A guard within its lease owns the key in Redis, at least as long.
                 let redis_agrees = guards
                     .iter()
-                    .filter(|g| g.epoch == s.epoch && s.clock < g.exp)
+                    .filter(|g| g.epoch == s.epoch && s.clock < g.exp && !evicted(g))
                     .all(|g| matches!(s.key, Key::Owned { by, exp, .. } if by == g.id && exp >= g.exp));
                 fenced && redis_agrees
+            }),
+            // Of any two guards held (believed or not), the later acquisition has the
+            // larger token: a grant's token, made by the release, and an attempt's alike.
+            Property::always("fencing tokens increase", |_, s: &State| {
+                holders(s).all(|a| holders(s).all(|b| b.seq <= a.seq || b.token > a.token))
             }),
             Property::always(
                 "reservation within grace",
@@ -1037,22 +1394,90 @@ impl Model for Protocol {
                 },
             ),
             Property::always("no forgotten waiter", |m: &Protocol, s: &State| {
-                s.procs
-                    .iter()
-                    .flat_map(|proc| &proc.tasks)
-                    .all(|task| task.stalled_free == 0 && task.stalled <= m.grace)
+                // A grant nobody picked up, whose checker is paused or dead too: the
+                // waiters retry at the end of the lease they were told.
+                let lease = m.clients.iter().flatten().copied().max().unwrap_or(0);
+                s.procs.iter().flat_map(|proc| &proc.tasks).all(|task| {
+                    if task.unchecked {
+                        task.stalled_free <= lease && task.stalled <= m.grace + lease
+                    } else {
+                        task.stalled_free == 0 && task.stalled <= m.grace
+                    }
+                })
             }),
             Property::sometimes("acquired", |_, s: &State| !s.believers().is_empty()),
-            Property::sometimes("reservation taken", |_, s: &State| {
-                holders(s).any(|g| g.how == How::Reservation)
-            }),
         ];
-        if self.max_pauses + self.max_crashes > 0 {
+        // With grants, only `force_unlock` reserves.
+        let reserves = !self.grants || self.max_force_unlocks > 0;
+        if reserves {
+            properties.push(Property::sometimes("reservation taken", |_, s: &State| {
+                holders(s).any(|g| g.how == How::Reservation)
+            }));
+        }
+        if !self.grants && self.max_pauses + self.max_crashes > 0 {
             properties.push(Property::sometimes(
                 "reserved for a waiter that does not come",
                 |_, s: &State| {
                     matches!(s.key, Key::Reserved { by, .. }
                         if s.procs[by.proc as usize].status != Status::Running)
+                },
+            ));
+        }
+        if self.grants {
+            properties.push(Property::always(
+                "grant within grace",
+                |m: &Protocol, s: &State| match s.key {
+                    Key::Owned {
+                        granted: Some(since),
+                        ..
+                    } => s.clock < since + m.grace,
+                    _ => true,
+                },
+            ));
+            properties.push(Property::always(
+                "a grant nobody picks up passes on within grace",
+                |m: &Protocol, s: &State| {
+                    s.watch
+                        .is_none_or(|watch| watch.faulted || watch.ticks <= m.grace)
+                },
+            ));
+            properties.push(Property::sometimes("granted", |_, s: &State| {
+                holders(s).any(|g| g.how == How::Grant && g.confirmed)
+            }));
+            properties.push(Property::sometimes(
+                "a grant taken by the grantee's attempt",
+                |_, s: &State| holders(s).any(|g| g.how == How::GrantTaken),
+            ));
+            properties.push(Property::sometimes(
+                "a lapsed grant passed on",
+                |_, s: &State| s.passed_on,
+            ));
+        }
+        if self.grants && self.max_pauses + self.max_force_unlocks > 0 {
+            properties.push(Property::sometimes(
+                "a grant's confirmation too late",
+                |_, s: &State| s.confirmed_late,
+            ));
+        }
+        if self.grants && self.max_pauses + self.max_crashes > 0 {
+            properties.push(Property::sometimes(
+                "granted to a waiter that does not come",
+                |_, s: &State| {
+                    matches!(s.key, Key::Owned { by, granted: Some(_), .. }
+                        if s.procs[by.proc as usize].status != Status::Running)
+                },
+            ));
+        }
+        if self.max_force_unlocks > 0 {
+            properties.push(Property::sometimes(
+                "a grant evicted by force_unlock",
+                |_, s: &State| {
+                    s.evicted.is_some_and(|id| {
+                        s.procs[id.proc as usize].tasks.iter().any(|task| {
+                            matches!(task.news, Some(News::Granted(g)) if g.id == id)
+                                || matches!(task.phase, Phase::Holding(g) if g.id == id && !g.confirmed)
+                        })
+                    })
                 },
             ));
         }
@@ -1069,6 +1494,19 @@ impl Model for Protocol {
             ));
         }
         properties
+    }
+}
+
+/// The key served someone (an acquisition, or a grant read by its grantee): no waiter
+/// has been kept from a free key. An acquisition in Redis also leaves no grant to pick
+/// up (a grant read is picked up when its confirmation is answered).
+fn served(s: &mut State, in_redis: bool) {
+    for task in s.procs.iter_mut().flat_map(|proc| &mut proc.tasks) {
+        task.stalled = 0;
+        task.stalled_free = 0;
+    }
+    if in_redis {
+        s.watch = None;
     }
 }
 
@@ -1109,6 +1547,133 @@ fn three_clients_keep_the_guarantees() {
 #[test]
 fn the_guarantees_hold_across_a_redis_restart() {
     explore(Protocol::redis_restart(Broken::None), "Redis restart").assert_properties();
+}
+
+/// Issue 25: a release grants the key to the next waiter. Three clients of one task each
+/// (a grant across clients; a grant lapsed and passed on to the third), one pause and
+/// one crash (the grantee, or the releaser, gone or stopped at any step).
+fn grants(broken: Broken) -> Protocol {
+    Protocol {
+        grants: true,
+        max_time: 4,
+        ..Protocol::three_clients(broken)
+    }
+}
+
+#[test]
+fn grants_keep_the_guarantees_when_the_grantee_or_the_releaser_dies_or_stops() {
+    explore(grants(Broken::None), "grants, three clients").assert_properties();
+}
+
+/// Grants beside a hand-off inside a client: two clients, the first with two tasks.
+#[test]
+fn grants_keep_the_guarantees_beside_a_hand_off_inside_a_client() {
+    let model = Protocol {
+        grants: true,
+        max_time: 7,
+        ..Protocol::two_clients(Broken::None)
+    };
+    explore(model, "grants, two clients").assert_properties();
+}
+
+/// `force_unlock` racing a grant (and its confirmation, and the releaser's check):
+/// FORCE_UNLOCK evicts the owner, a grantee too, and reserves the key for the next in
+/// line, as for clients without grants (it has no fencing counter to grant with).
+#[test]
+fn grants_keep_the_guarantees_when_force_unlock_races_a_grant() {
+    let model = Protocol {
+        grants: true,
+        max_force_unlocks: 1,
+        max_pauses: 0,
+        ..Protocol::three_clients(Broken::None)
+    };
+    explore(model, "grants, force_unlock").assert_properties();
+}
+
+/// Grants between clients asking for different leases (4 ticks, 2, 4: a lease of 1,
+/// the grace, would end with the releaser's check, which passes the key on).
+fn mixed_grants(mixed: Protocol) -> Protocol {
+    Protocol {
+        grants: true,
+        clients: vec![vec![4], vec![2], vec![4]],
+        max_time: 6,
+        ..mixed
+    }
+}
+
+/// A grant to a holder of a shorter lease than the lock released announces it
+/// (`T:<lease>`), as a reservation taken does, and so does an attempt that takes its own
+/// grant: the waiters in line were told when the lock released would end.
+#[test]
+fn a_grant_of_a_shorter_lease_keeps_waiters_awake() {
+    let [reservation, _] = mixed_leases(true);
+    let model = Protocol {
+        grants: true,
+        ..mixed_grants(reservation)
+    };
+    explore(model, "grants, mixed leases").assert_properties();
+}
+
+/// Without those announcements, a waiter sleeps on a free key after a holder of the
+/// shorter lease overran it or died.
+#[test]
+fn without_announcing_a_granted_shorter_lease_a_waiter_sleeps_on_a_free_key() {
+    let [reservation, _] = mixed_leases(false);
+    counterexample(
+        mixed_grants(reservation),
+        "grants, mixed leases unannounced",
+        "no forgotten waiter",
+    );
+}
+
+/// (a) A grant with the grantee's whole lease and nothing to bound its pick-up (no
+/// grace, no check): a grantee that died, or stopped, holds the key for that lease while
+/// the next waiter waits.
+#[test]
+fn a_grant_without_a_pick_up_bound_is_caught() {
+    counterexample(
+        grants(Broken::GrantWithoutPickUpBound),
+        "a grant without a pick-up bound",
+        "a grant nobody picks up passes on within grace",
+    );
+}
+
+/// A grant that lapses with the grace but that nobody checks: the waiters in line, told
+/// nothing, sleep until the lease of the lock released ends.
+#[test]
+fn a_grant_that_lapses_unchecked_is_caught() {
+    counterexample(
+        grants(Broken::GrantWithoutCheck),
+        "a grant that lapses unchecked",
+        "a grant nobody picks up passes on within grace",
+    );
+}
+
+/// (b) A grantee that counts its grace from the message's arrival: delayed (its process
+/// paused as the grant came), it believes it holds after the grant lapsed and went on.
+#[test]
+fn a_grant_lease_counted_from_the_message_is_caught() {
+    counterexample(
+        grants(Broken::GrantLeaseFromArrival),
+        "a grant's lease counted from the message",
+        "exclusion or fencing",
+    );
+}
+
+/// (c) LAPSED_GRANT that frees only an absent key: a late grantee (or a newcomer) that
+/// took the key after the grant lapsed, before the check, holds it uncontended, and its
+/// release says nothing to the waiters in line, who were told nothing by the grant
+/// either and sleep until the end of the lease before it.
+#[test]
+fn a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught() {
+    counterexample(
+        Protocol {
+            max_crashes: 0,
+            ..grants(Broken::LapsedGrantCheckOnlyWhenAbsent)
+        },
+        "a lapsed grant's check that frees only an absent key",
+        "no forgotten waiter",
+    );
 }
 
 /// Runs a variant until the named property fails; prints the counterexample.

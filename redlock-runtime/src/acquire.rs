@@ -25,7 +25,7 @@ use crate::hand_off::Baton;
 use crate::limits::{check_max_lease, lease_millis, validate};
 use crate::masters::{Masters, Outcome, Try};
 use crate::metrics::{self, Label};
-use crate::node::Waiter;
+use crate::node::{Verdict, Waiter};
 use crate::notify::{Listener, Release};
 use crate::turn::LocalTurn;
 
@@ -282,17 +282,41 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                 return plan.into_guard(owner, fencing_token, sent_at, turn);
             }
             Ok(Outcome::Busy { ttl, split, .. }) => {
-                if let Some(grant) = attempts.wait_for_news(sent_at, ttl, split).await? {
-                    let place = attempts
-                        .place
-                        .as_mut()
-                        .expect("a grant names a waitlist place");
-                    // The release that granted it took the place off the line.
-                    place.left = true;
+                let news = attempts.wait_for_news(sent_at, ttl, split).await?;
+                if let Some((grant, place)) = news.zip(attempts.place.as_mut()) {
                     let owner = place.id.clone();
+                    let grace = plan.core.config().reservation_grace.min(plan.lease);
+                    let validity = plan.core.masters().validity(grace);
                     let granted_at = place.granted_at(grant.after);
-                    drop(attempts);
-                    return plan.into_granted_guard(owner, grant.fencing_token, granted_at, turn);
+                    if let Some(granted_at) =
+                        granted_at.filter(|at| *at + validity >= Instant::now() + grace / 2)
+                    {
+                        // The release that granted it took the place off the line.
+                        place.left = true;
+                        drop(attempts);
+                        return plan.into_granted_guard(
+                            owner,
+                            grant.fencing_token,
+                            granted_at,
+                            turn,
+                        );
+                    }
+                    // The message came late (this process was stopped or starved): the
+                    // grant may have lapsed and the key gone to the next in line. Held
+                    // only if its confirmation, awaited here, finds it still ours;
+                    // otherwise this waiter goes on waiting.
+                    let confirm_sent = Instant::now();
+                    let confirmed = plan
+                        .core
+                        .masters()
+                        .extend(&plan.key, &owner, plan.lease_ms)
+                        .await;
+                    if let Ok(Verdict::Ours) = confirmed {
+                        place.left = true;
+                        drop(attempts);
+                        return plan.into_guard(owner, grant.fencing_token, confirm_sent, turn);
+                    }
+                    tracing::debug!(key = %plan.key, "redlock: a grant came too late to be taken; waiting on");
                 }
             }
             Ok(Outcome::NoQuorum { reached }) => {
@@ -808,14 +832,12 @@ impl<'a> WaitlistPlace<'a> {
     /// clock) was made, at the earliest, by this process's clock: its first attempt was
     /// sent before it registered, and the clocks' rates may differ by 0.1 % (NTP slews
     /// a clock by 0.05 % at most), with a millisecond for the server's rounding. Never
-    /// later than now.
-    fn granted_at(&self, after: Duration) -> Instant {
-        let now = Instant::now();
-        let Some(first_sent) = self.first_sent else {
-            return now;
-        };
+    /// later than now; `None` when no attempt of it was sent (then the grant cannot be
+    /// timed, and is taken only once confirmed).
+    fn granted_at(&self, after: Duration) -> Option<Instant> {
+        let first_sent = self.first_sent?;
         let allowance = after / 1_000 + Duration::from_millis(1);
-        (first_sent + after.saturating_sub(allowance)).min(now)
+        Some((first_sent + after.saturating_sub(allowance)).min(Instant::now()))
     }
 }
 

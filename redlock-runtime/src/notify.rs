@@ -24,6 +24,9 @@ use crate::connection::Connection;
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
+    /// The server dropped this subscription (on a cluster, its slot moved to another
+    /// node): subscribe anew, where the channel lives now, and wake its listeners.
+    Renew(String),
     /// The connection moved to another server (a Sentinel failover): subscribe anew.
     #[cfg(feature = "sentinel")]
     Resubscribe,
@@ -164,6 +167,11 @@ pub(crate) fn on_push(handler: &PushHandler, push: PushInfo) {
             }
         }
         PushKind::Disconnection => notifications.wake_every_channel(),
+        PushKind::SUnsubscribe | PushKind::Unsubscribe => {
+            if let Some(Value::BulkString(channel)) = push.data.first() {
+                notifications.subscription_dropped(channel);
+            }
+        }
         _ => {}
     }
 }
@@ -257,6 +265,30 @@ impl ReleaseNotifications {
         let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get(channel) {
             entry.post(Release::parse(payload, &entry.waiter_ids));
+        }
+    }
+
+    /// The server ended the subscription of `channel`: when the client did not ask for
+    /// that (it forgets a channel before it unsubscribes), the channel's slot moved to
+    /// another node of a cluster. Its listeners are woken, since messages may have been
+    /// missed, and again once the subscription is renewed.
+    fn subscription_dropped(&self, channel: &[u8]) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = channels.get_mut(channel) else {
+            return;
+        };
+        entry.confirmed_at = None;
+        entry.post(Release::Free);
+        if let Ok(channel) = String::from_utf8(channel.to_vec()) {
+            let _ = self.requests.send(Request::Renew(channel));
+        }
+    }
+
+    /// Wakes the listeners of `channel` (to re-check the lock).
+    fn wake(&self, channel: &str) {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = channels.get(channel.as_bytes()) {
+            entry.post(Release::Free);
         }
     }
 
@@ -401,6 +433,21 @@ async fn run_subscriptions(
                     notifications.confirm(&channel);
                 }
                 let _ = confirm.send(result);
+            }
+            Request::Renew(channel) => {
+                subscribed.remove(&channel);
+                match connection.subscribe(&channel).await {
+                    Ok(()) => {
+                        subscribed.insert(channel.clone());
+                        if let Some(notifications) = notifications.upgrade() {
+                            notifications.confirm(&channel);
+                            notifications.wake(&channel);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, %channel, "redlock: renewing a dropped subscription failed; waiters fall back on their lease timers")
+                    }
+                }
             }
             #[cfg(feature = "sentinel")]
             Request::Resubscribe => {

@@ -801,6 +801,15 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 /// other head (a reader, a waiter of an older redlock) gets the key *reserved*
 /// (`reserved:<member>` for the grace, named on the key's channel: `R:<member>`), and
 /// takes it with an attempt of its own.
+/// Lua for the slot tag a lock's companions start with (`{tag}` on a cluster, else
+/// empty), from its waitlist, KEYS[2] (see [`companion_of`]).
+fn slot_tag_of_waitlist() -> String {
+    format!(
+        "string.sub(KEYS[2], 1, #KEYS[2] - #KEYS[1] - {})",
+        WAITLIST_PREFIX.len()
+    )
+}
+
 static FREE_FOR_NEXT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
@@ -918,10 +927,7 @@ local function free_for_next(fence, before, holders, names)
 end
 "#,
         token = next_token("fence"),
-        tag = format!(
-            "string.sub(KEYS[2], 1, #KEYS[2] - #KEYS[1] - {})",
-            WAITLIST_PREFIX.len()
-        ),
+        tag = slot_tag_of_waitlist(),
         READER_ID_PREFIX_0 = &READER_ID_PREFIX[..1],
         PERMIT_ID_PREFIX_0 = &PERMIT_ID_PREFIX[..1],
     )
@@ -1009,6 +1015,12 @@ if type(value) == 'string' and string.match(value, '^shared:[1-9]') then
   return 0
 end
 if value then
+  -- Taken since the grant lapsed (by the grantee's own attempt, or by a newcomer), with
+  -- no attempt to find it busy: its release must still go to the line, which nobody
+  -- else will wake (tests/model.rs found the waiters asleep on a free key otherwise).
+  if type(value) == 'string' then
+    {mark_contended}
+  end
   return 0
 end
 if free_for_next(KEYS[4], nil, KEYS[5] or {holders}, KEYS[6] or {names}) then
@@ -1020,6 +1032,7 @@ return 1
         settle_shares = &*SETTLE_SHARES_FN,
         holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
         names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
+        mark_contended = mark_contended("KEYS[1]", "value"),
     ))
 });
 

@@ -283,7 +283,13 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
             }
             Ok(Outcome::Busy { ttl, split, .. }) => {
                 let news = attempts.wait_for_news(sent_at, ttl, split).await?;
-                if let Some((grant, place)) = news.zip(attempts.place.as_mut()) {
+                // With replica confirmation, a grant is taken by an attempt of this
+                // waiter's (it finds the key granted to it), which `WAIT`s as every
+                // acquisition does: a grant alone was never confirmed by a replica.
+                let confirming = plan.core.config().confirm_replicas.is_some();
+                if let Some((grant, place)) =
+                    news.filter(|_| !confirming).zip(attempts.place.as_mut())
+                {
                     let owner = place.id.clone();
                     let grace = plan.core.config().reservation_grace.min(plan.lease);
                     let validity = plan.core.masters().validity(grace);

@@ -561,9 +561,13 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a release keeps the key for the client that has waited longest (named in
-    /// the release's message) before any waiter may take it (default 100 ms). Bounds
-    /// what a waiter that died while first in line costs the others.
+    /// How long a release's grant holds the key for the client that has waited longest
+    /// until that client confirms it (default 100 ms; a waiter of an older redlock gets
+    /// the key reserved for as long). Bounds what a waiter that died, stopped or was cut
+    /// off while first in line costs the others: the releasing client passes an
+    /// unconfirmed grant on a few milliseconds after it. A granted waiter whose message
+    /// arrives after most of it (the process was stopped or starved) takes the lock only
+    /// once its confirmation comes back.
     pub fn reservation_grace(mut self, grace: Duration) -> Self {
         self.config.reservation_grace = grace;
         self

@@ -38,12 +38,18 @@
 //!   only a lock another task of its client holds (by the client's own account: its
 //!   lease not run out) refuses it at once, without a round trip.
 //! - **Across clients** (processes), waiters wait on the key's *waitlist* in Redis: a
-//!   failed attempt takes a place on it, and a release reserves the key for
-//!   the client that has waited longest (for a short grace) and names it in its
-//!   message, so only that client tries. Clients are served by arrival, give or take
-//!   the hand-offs inside the releasing client (below); a named client that does not
-//!   answer within the grace loses its turn, so a waiter that died costs one grace
-//!   period. RedLock keeps no waitlist: there, fairness across clients is best effort.
+//!   failed attempt takes a place on it, and a release *grants* the key to the client
+//!   that has waited longest: the release script makes it the holder (its owner token,
+//!   the next fencing token, for the grace: [`LockClientBuilder::reservation_grace`],
+//!   100 ms by default) and tells only that client, on a channel of its own. The waiter
+//!   holds the lock from the message alone and confirms it (an extension to its lease)
+//!   in the background while its work runs; the other waiters sleep on. A run of
+//!   readers at the head of the line is granted together; a semaphore's freed permit
+//!   goes to its next waiter. Clients are served by arrival, give or take the hand-offs
+//!   inside the releasing client (below). A grant nobody confirms lapses with the grace
+//!   and the releasing client passes it on; a waiter whose process is gone is skipped
+//!   at once, one that gives up passes its grant on. RedLock keeps no waitlist: there,
+//!   fairness across clients is best effort.
 //! - **Release** is compare-and-delete plus publish, in one script; a lock that no
 //!   attempt found busy (none marked it *contended*) has no one to tell and is deleted
 //!   without a message. When a task of the
@@ -73,7 +79,9 @@
 //!   counter (with RedLock, `redlock:boot` the restart marker); while clients wait,
 //!   `redlock:waitlist:<key>` and `redlock:waitlist-expiry:<key>` hold the line (they
 //!   expire a little after the last waiter's registration, at most tens of seconds
-//!   after it gave up); releases someone may be waiting for are published on `redlock:released:<key>`; a force-unlock leaves
+//!   after it gave up); releases someone may be waiting for are published on
+//!   `redlock:released:<key>`, grants on the granted client's
+//!   `redlock:granted:<client id>:<key>`; a force-unlock leaves
 //!   `redlock:forced:<key>` (the evicted owner, expiring with the lease it evicted) so
 //!   that the evicted holder can tell why its lock is gone, and a hand-off leaves
 //!   `handed:<owner>` there for three response timeouts and a second, so that a
@@ -199,7 +207,7 @@
 //! | `redlock_lost_total` | counter | `lock`, `cause` = `lease` / `renewal` / `forced` | locks lost while held: the lease ran out (not renewed or extended in time, or Redis unreachable); a renewal, [`extend`](LockGuard::extend) or release found it gone (deleted, taken); or it was [force-unlocked](LockClient::force_unlock) |
 //! | `redlock_renewals_total` | counter | `lock` | each lock a watchdog renewal kept |
 //! | `redlock_renewal_failures_total` | counter | `lock` | each lock a watchdog renewal did not keep: found gone, or no answer |
-//! | `redlock_handoffs_total` | counter | `lock` | locks passed to the next task of the same client without a release in Redis (see "How it works") |
+//! | `redlock_handoffs_total` | counter | `lock`, `kind` = `hand_off` / `grant` | `hand_off`: locks passed to the next task of the same client without a release in Redis; `grant`: locks this client received by a grant, from another client's release or its own through Redis (see "How it works") |
 //! | `redlock_waiting` | gauge | `lock` | tasks of this process waiting for a lock: in line behind another task of their client, or for a holder elsewhere (or for Redis to answer); a label's series appears once a task under it has waited (an acquisition that finds its turn free is not counted) |
 //!
 //! `lock` is a label with few values, never the key: every distinct label is a time
@@ -263,9 +271,11 @@
 //! and `run_locked`, which the expansion of `#[distributed_lock]` calls.
 //!
 //! Words: the **turn** is in-process (one task of a client at a time talks to Redis
-//! about a key); the **waitlist** is in Redis (clients waiting for a key, by arrival;
-//! a release *reserves* the key for its head); a **hand-off** passes a lock from a task
-//! to the next task of the same client inside the latter's acquire script.
+//! about a key); the **waitlist** is in Redis (clients waiting for a key, by arrival);
+//! a **grant** makes the waitlist's head the holder inside the release script and tells
+//! it alone (a waiter of an older redlock gets a *reservation* instead: the key kept
+//! for it, for it to take); a **hand-off** passes a lock from a task to the next task of
+//! the same client inside the latter's acquire script.
 //!
 //! **The life of one acquisition** (`acquire::LockRequest::acquire`): `Plan::check`
 //! refuses what can be refused without Redis (key, durations, `max_lease`); the task
@@ -273,13 +283,18 @@
 //! task left one; then `Attempts` loops — `attempt` runs the acquire script (every
 //! master with RedLock, decided by `masters::Tally` as soon as a majority settles it;
 //! a clean-up is armed until the outcome is known), and on *busy* `wait_for_news`
-//! subscribes once and sleeps until a release message lets it try (`notify::Release`)
-//! or the lease it was told (or a reservation, or an announced `T:<ms>`/`K:<ms>`) ends;
+//! subscribes once (to the key's release channel and its client's grant channel) and
+//! sleeps until a grant makes it the holder, a release message lets it try
+//! (`notify::Release`), or the lease it was told (or a reservation, or an announced
+//! `T:<ms>`/`K:<ms>`) ends; a grant gives the guard at once, valid for the grace from
+//! the grant (timed from the waiter's registration) until its confirmation, sent before
+//! the guard is returned, extends it;
 //! on no answer `back_off` retries within the wait. The whole call is bounded by
 //! `wait` plus the response timeout. Acquired, the guard gets a `state::LockState`
 //! holding the turn; the watchdog renews it in batches; `release` hands off to the
-//! next task of the client or frees the key in Redis (reserving it for the waitlist's
-//! head), then passes the turn. The hand-off's outcome comes back with the baton
+//! next task of the client or frees the key in Redis (granting it to the waitlist's
+//! head, and checking a little after the grace that the grant was taken: `node`'s
+//! `watch_grant`), then passes the turn. The hand-off's outcome comes back with the baton
 //! (`hand_off::Baton`): whether the taker's script found the lock still there, or that
 //! the taker gave it back — it went away before sending one, or its script failed and
 //! may not have run — and then the release goes through Redis and its answer says; the

@@ -135,7 +135,7 @@ mod on {
             );
             describe_counter!(
                 HANDOFFS,
-                "Locks passed from a task to the next task of the same client without a release in Redis"
+                "Locks received without an attempt of their own (kind: hand_off from a task of the same client, grant by a release)"
             );
             describe_gauge!(
                 WAITING,

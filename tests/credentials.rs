@@ -233,8 +233,13 @@ async fn redlock_takes_acl_users_and_password_only_auth() {
             .unwrap_or_else(|error| panic!("{name}: {}", error.chain()));
         let key = format!("cred:redlock:{name}");
         let guard = take(&client, &key).await.expect(name);
-        // Every master voted: the lock is on each of them.
+        // Every master voted: the lock is on each of them (the last one's answer may
+        // still be on its way: the acquire is decided once a majority has answered).
         for master in &masters {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while authed(master, PASSWORD, &["EXISTS", &key]) != "1" && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             assert_eq!(authed(master, PASSWORD, &["EXISTS", &key]), "1", "{name}");
         }
         guard.release().await.unwrap();

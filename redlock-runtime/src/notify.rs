@@ -1,6 +1,8 @@
 //! Release notifications: how a waiter learns, without polling, that a lock was freed.
 //!
-//! A release publishes on the key's channel (see [`crate::scripts::release_channel`]).
+//! A release publishes on the key's channel (see [`crate::scripts::release_channel`]);
+//! a grant, on the granted client's own channel for the key (see
+//! `scripts::GRANT_CHANNEL_PREFIX`), which only that client subscribes to.
 //! The client's one connection speaks RESP3, so published messages arrive on it as push
 //! frames; no second connection is needed. Per channel the client keeps one
 //! subscription and one [`Notify`], shared by every listener of that key, and a

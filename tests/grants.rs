@@ -1058,9 +1058,11 @@ fn on_a_cluster_a_grant_reaches_a_waiter_whose_slot_moved_while_it_waited() {
 // ---------------------------------------------------------------------------------
 // Sentinel: a failover while a grant is in flight.
 
-#[test]
-fn through_sentinel_a_failover_with_a_grant_in_flight_keeps_tokens_rising_and_nobody_stuck() {
-    let mut setup = SentinelSetup::start();
+/// Through Sentinel: A holds `k`, B waits in line for it, and the replica has caught up
+/// with both. Returns the spec, A, B and A's token.
+fn a_holds_and_b_waits_through_sentinel(
+    setup: &SentinelSetup,
+) -> (String, Instance, Instance, u64) {
     let spec = format!(
         "sentinel:{}:{}",
         redlock_testkit::sentinel::SERVICE,
@@ -1074,6 +1076,13 @@ fn through_sentinel_a_failover_with_a_grant_in_flight_keeps_tokens_rising_and_no
     setup
         .replica
         .wait_until_caught_up_with(&setup.primary, ANSWER_LIMIT);
+    (spec, a, b, a_token)
+}
+
+#[test]
+fn through_sentinel_a_failover_with_a_grant_in_flight_keeps_tokens_rising_and_nobody_stuck() {
+    let mut setup = SentinelSetup::start();
+    let (spec, mut a, mut b, a_token) = a_holds_and_b_waits_through_sentinel(&setup);
     // The grant is made, and the primary killed before B's confirmation is known to
     // have reached the replica (replication is asynchronous: it may or may not have).
     a.release();
@@ -1105,19 +1114,7 @@ fn through_sentinel_a_failover_with_a_grant_in_flight_keeps_tokens_rising_and_no
 #[test]
 fn through_sentinel_a_waiter_is_granted_the_key_on_the_new_primary_after_a_failover() {
     let mut setup = SentinelSetup::start();
-    let spec = format!(
-        "sentinel:{}:{}",
-        redlock_testkit::sentinel::SERVICE,
-        setup.sentinel_urls().join(",")
-    );
-    let mut a = Instance::start("A", &spec);
-    let mut b = Instance::start("B", &spec);
-    let a_token = a.hold("k");
-    b.acquire("write", "k", Duration::from_secs(30), None);
-    wait_in_line(&waitlist_len(&setup.primary), "k", 1, &mut b);
-    setup
-        .replica
-        .wait_until_caught_up_with(&setup.primary, ANSWER_LIMIT);
+    let (_spec, mut a, mut b, a_token) = a_holds_and_b_waits_through_sentinel(&setup);
     // The lock and B's place in line survive on the promoted replica; B's grant
     // channel was subscribed on the old primary.
     setup.fail_over();

@@ -839,6 +839,19 @@ const OFFSETS_MS: [i64; 7] = [-30, -3, -1, 0, 1, 3, 30];
 
 #[test]
 fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
+    granted_waiter_gives_up_and_the_next_gets_the_key("write");
+}
+
+#[test]
+fn a_granted_reader_that_timed_out_or_was_cancelled_passes_its_share_on() {
+    granted_waiter_gives_up_and_the_next_gets_the_key("read");
+}
+
+/// A holds the key, B (a `b_kind` waiter) is first in line and C (a writer) second; A
+/// releases around the moment B gives up (its wait ends, or its acquisition is dropped),
+/// so that B is granted the key (a share of it, for a reader) as it leaves, or just
+/// after: C must get the key within the pick-up bound, and nothing be left behind.
+fn granted_waiter_gives_up_and_the_next_gets_the_key(b_kind: &str) {
     let server = RedisServer::start();
     let waitlist = waitlist_len(&server);
     let spec = server.url();
@@ -853,9 +866,9 @@ fn a_granted_waiter_that_timed_out_or_was_cancelled_passes_the_key_on() {
         let key = format!("k{round}");
         a.hold(&key);
         let b_started = if cancel {
-            b.acquire("write", &key, Duration::from_secs(30), Some(patience))
+            b.acquire(b_kind, &key, Duration::from_secs(30), Some(patience))
         } else {
-            b.acquire("write", &key, patience, None)
+            b.acquire(b_kind, &key, patience, None)
         };
         wait_in_line(&waitlist, &key, 1, &mut b);
         c.acquire("write", &key, Duration::from_secs(30), None);

@@ -291,7 +291,11 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                     news.filter(|_| !confirming).zip(attempts.place.as_mut())
                 {
                     let owner = place.id.clone();
-                    let grace = plan.core.config().reservation_grace.min(plan.lease);
+                    // The grace the grant was made with (the releasing client's), and
+                    // never more than this client's or the lease.
+                    let grace = (plan.core.config().reservation_grace)
+                        .min(plan.lease)
+                        .min(grant.lasts);
                     let validity = plan.core.masters().validity(grace);
                     let granted_at = place.granted_at(grant.after);
                     if let Some(granted_at) =
@@ -304,6 +308,7 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                             owner,
                             grant.fencing_token,
                             granted_at,
+                            grace,
                             turn,
                         );
                     }
@@ -320,6 +325,7 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                     if let Ok(Verdict::Ours) = confirmed {
                         place.left = true;
                         drop(attempts);
+                        metrics::granted(&plan.label);
                         return plan.into_guard(owner, grant.fencing_token, confirm_sent, turn);
                     }
                     tracing::debug!(key = %plan.key, "redlock: a grant came too late to be taken; waiting on");
@@ -447,9 +453,9 @@ impl<K: Kind> Plan<K> {
         owner: String,
         fencing_token: u64,
         granted_at: Instant,
+        grace: Duration,
         turn: Option<LocalTurn>,
     ) -> Result<LockGuard, LockError> {
-        let grace = self.core.config().reservation_grace.min(self.lease);
         let (lease, lease_ms) = (self.lease, self.lease_ms);
         let label = self.label.clone();
         let guard = self.into_guard_valid_for(owner, fencing_token, granted_at, grace, turn)?;
@@ -713,6 +719,8 @@ struct Grant {
     fencing_token: u64,
     /// When, after the waiter's registration, by the server's clock.
     after: Duration,
+    /// How long it lasts unconfirmed: the grace of the client whose release made it.
+    lasts: Duration,
 }
 
 /// What a release message means for a waiter's sleep.
@@ -722,9 +730,11 @@ fn wake_on(news: Release, now: Instant, grace: Duration) -> Wake {
         Release::Granted {
             fencing_token,
             after,
+            lasts,
         } => Wake::Granted(Grant {
             fencing_token,
             after,
+            lasts,
         }),
         Release::Free | Release::ForUs => Wake::Now,
         // Reserved for the client that waited longest: wait, but not past the

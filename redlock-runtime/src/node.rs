@@ -414,13 +414,15 @@ impl Node {
         key: &str,
         waiter_id: &str,
     ) -> RedisResult<i64> {
-        waitlist_script_on(
-            self.connection.clone(),
-            self.waitlist,
-            script,
-            key,
-            waiter_id,
-        )
+        while_slot_moves(self.response_timeout, || {
+            waitlist_script_on(
+                self.connection.clone(),
+                self.waitlist,
+                script,
+                key,
+                waiter_id,
+            )
+        })
         .await
     }
 
@@ -436,16 +438,19 @@ impl Node {
         let timings = self.waitlist;
         let key = key.to_owned();
         let after = Duration::from_millis(timings.reservation_ms + GRANT_CHECK_MARGIN_MS);
+        let response_timeout = self.response_timeout;
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(after).await;
-                let checked = waitlist_script_on(
-                    connection.clone(),
-                    timings,
-                    &scripts::LAPSED_GRANT,
-                    &key,
-                    "",
-                )
+                let checked = while_slot_moves(response_timeout, || {
+                    waitlist_script_on(
+                        connection.clone(),
+                        timings,
+                        &scripts::LAPSED_GRANT,
+                        &key,
+                        "",
+                    )
+                })
                 .await;
                 match checked {
                     Ok(GRANTED) => continue,
@@ -758,11 +763,18 @@ async fn waitlist_script_on(
     waiter_id: &str,
 ) -> RedisResult<i64> {
     let [waitlist, expiries] = connection.waitlist_keys(key);
-    script
-        .key(key)
+    let mut invocation = script.key(key);
+    invocation
         .key(waitlist)
         .key(expiries)
-        .key(connection.fence_key(key).as_ref())
+        .key(connection.fence_key(key).as_ref());
+    if connection.is_cluster() {
+        // Every key declared on a cluster (see `scripts::ACQUIRE`).
+        invocation
+            .key(connection.holders_key(key))
+            .key(connection.names_key(key));
+    }
+    invocation
         .arg(waiter_id)
         .arg("")
         .arg(connection.release_channel(key))

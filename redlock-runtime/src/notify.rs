@@ -34,6 +34,11 @@ enum Request {
     Resubscribe,
 }
 
+/// How long a grant that came for no waiter of this client is kept for one that starts
+/// listening (see `Channel::unclaimed`): a grant lasts a grace unless confirmed, and a
+/// later one is refused by the waiter's own check of the grant's age.
+const UNCLAIMED_FOR: Duration = Duration::from_secs(1);
+
 /// How long a channel nobody listens to stays subscribed. A key that is contended
 /// again soon finds its subscription live: no SUBSCRIBE, and no extra attempt to
 /// cover a release that a fresh subscription could have missed.
@@ -49,6 +54,10 @@ struct Channel {
     idle_since: Option<Instant>,
     /// Waitlist ids of this client's waiters on the channel.
     waiter_ids: Vec<String>,
+    /// The last grant that came for none of them, and when: a waiter whose attempt
+    /// registered it may be granted before it listens (its client's subscription was
+    /// live already), and finds its grant here when it does (see `UNCLAIMED_FOR`).
+    unclaimed: Option<(Vec<u8>, Instant)>,
     /// What the last message said and when it came, for the listener the wake-up reaches.
     news: Arc<Mutex<Option<(Release, Instant)>>>,
 }
@@ -72,7 +81,12 @@ pub(crate) enum Release {
     /// A release granted the key to this client's waiter (see `scripts`'
     /// `free_for_next`): it holds it, with this fencing token, since a moment `after`
     /// its registration (by the server's clock).
-    Granted { fencing_token: u64, after: Duration },
+    Granted {
+        fencing_token: u64,
+        after: Duration,
+        /// How long the grant lasts unconfirmed (the releasing client's grace).
+        lasts: Duration,
+    },
 }
 
 impl Release {
@@ -90,12 +104,14 @@ impl Release {
         }
     }
 
-    /// `<id> <token> <ms after registration>`: ours when one of `ours` (waitlist
+    /// `<id> <token> <ms after registration> <ms it lasts unconfirmed>`: ours when one
+    /// of `ours` (waitlist
     /// members, `<id> <lease> <name>`) has that id. A grant for a waiter of this client
     /// that is gone is no news for the others: the waiter's leaving passes it on.
     fn grant(text: &[u8], ours: &[String]) -> Self {
         let mut words = text.split(|&byte| byte == b' ');
-        let (Some(id), Some(token), Some(after)) = (words.next(), words.next(), words.next())
+        let (Some(id), Some(token), Some(after), Some(lasts)) =
+            (words.next(), words.next(), words.next(), words.next())
         else {
             return Release::Taken(None);
         };
@@ -104,10 +120,11 @@ impl Release {
             member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
         });
         let token = std::str::from_utf8(token).ok().and_then(|t| t.parse().ok());
-        match (is_ours, token, millis(after)) {
-            (true, Some(fencing_token), Some(after)) => Release::Granted {
+        match (is_ours, token, millis(after), millis(lasts)) {
+            (true, Some(fencing_token), Some(after), Some(lasts)) => Release::Granted {
                 fencing_token,
                 after,
+                lasts,
             },
             _ => Release::Taken(None),
         }
@@ -221,12 +238,22 @@ impl ReleaseNotifications {
                     confirmed_at: None,
                     idle_since: None,
                     waiter_ids: Vec::new(),
+                    unclaimed: None,
                     news: Arc::new(Mutex::new(None)),
                 });
             entry.listeners += 1;
             entry.idle_since = None;
             if let Some(id) = &waiter_id {
                 entry.waiter_ids.push(id.clone());
+                // Granted between its attempt and now: the grant is its news.
+                if let Some((payload, at)) = entry.unclaimed.take() {
+                    let news = Release::parse(&payload, std::slice::from_ref(id));
+                    if matches!(news, Release::Granted { .. }) && at.elapsed() < UNCLAIMED_FOR {
+                        entry.post(news);
+                    } else {
+                        entry.unclaimed = Some((payload, at));
+                    }
+                }
             }
             let live = entry.confirmed_at.is_some_and(|at| at <= since);
             (entry.wake.clone(), entry.news.clone(), live)
@@ -264,9 +291,13 @@ impl ReleaseNotifications {
 
     fn tell(&self, channel: &[u8], payload: &[u8]) {
         tracing::trace!(name: "news_received", target: crate::metrics::TIMING, "redlock: message received");
-        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = channels.get(channel) {
-            entry.post(Release::parse(payload, &entry.waiter_ids));
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = channels.get_mut(channel) {
+            let news = Release::parse(payload, &entry.waiter_ids);
+            if payload.starts_with(b"G ") && !matches!(news, Release::Granted { .. }) {
+                entry.unclaimed = Some((payload.to_vec(), Instant::now()));
+            }
+            entry.post(news);
         }
     }
 
@@ -482,15 +513,16 @@ mod tests {
         assert_eq!(Release::parse(b"R:b:7", &ours), Release::ForAnother);
         let members = vec!["a:1 5000 web-1".to_owned()];
         assert_eq!(
-            Release::parse(b"G a:1 1700000000000001 42", &members),
+            Release::parse(b"G a:1 1700000000000001 42 100", &members),
             Release::Granted {
                 fencing_token: 1_700_000_000_000_001,
-                after: Duration::from_millis(42)
+                after: Duration::from_millis(42),
+                lasts: Duration::from_millis(100)
             }
         );
         // Another waiter's grant (gone from this client), or a garbled one: no news.
         assert_eq!(
-            Release::parse(b"G a:2 17 42", &members),
+            Release::parse(b"G a:2 17 42 100", &members),
             Release::Taken(None)
         );
         assert_eq!(
@@ -501,13 +533,15 @@ mod tests {
             Release::merge(
                 Some(Release::Granted {
                     fencing_token: 7,
-                    after: Duration::ZERO
+                    after: Duration::ZERO,
+                    lasts: Duration::ZERO
                 }),
                 Release::Taken(None)
             ),
             Release::Granted {
                 fencing_token: 7,
-                after: Duration::ZERO
+                after: Duration::ZERO,
+                lasts: Duration::ZERO
             }
         );
         assert_eq!(Release::parse(b"T", &ours), Release::Taken(None));

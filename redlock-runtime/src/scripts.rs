@@ -791,7 +791,8 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 /// **The grant.** A waiter that registered as `<id> <lease ms> <client name>` (see
 /// [`ACQUIRE`]) is made the holder right here: owner `<id>`, the next fencing token, for
 /// the grace only, and told alone, on its client's grant channel (see
-/// [`GRANT_CHANNEL_PREFIX`]): `G <id> <token> <ms since it registered>`. It learns from
+/// [`GRANT_CHANNEL_PREFIX`]): `G <id> <token> <ms since it registered> <grace ms>` (the
+/// releasing client's grace, which the grant lasts unconfirmed). It learns from
 /// that message that it holds the lock, and confirms in the background (an extension
 /// to its lease); unconfirmed, the grant lapses with the grace. A grant no client hears
 /// (its process died, its connection dropped) goes to the next in line at once. A grant
@@ -813,10 +814,10 @@ fn slot_tag_of_waitlist() -> String {
 static FREE_FOR_NEXT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
-local function tell_granted(id, clock, after)
+local function tell_granted(id, clock, after, px)
   local client = string.match(id, '(%x+):%x+$')
   local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
-  return redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after)
+  return redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after .. ' ' .. px)
 end
 -- The waiter `head` (a member of the line) as a share waiter: its id, its lease, its
 -- client's name and the limit of the key it waits for (0: a reader); nil otherwise.
@@ -849,7 +850,7 @@ local function grant_shares(fence, holders, names, limit, held, ms)
       local share = math.min(tonumber(grace), tonumber(lease))
       redis.call('ZADD', holders, ms + share, id)
       redis.call('HSET', names, id, clock .. ' ' .. name)
-      if tell_granted(id, clock, math.max(0, ms - tonumber(line[2]))) > 0 then
+      if tell_granted(id, clock, math.max(0, ms - tonumber(line[2])), share) > 0 then
         granted = granted + 1
         held = held + 1
         longest = math.max(longest, tonumber(lease))
@@ -905,8 +906,9 @@ local function free_for_next(fence, before, holders, names)
           return false
         end
         {token}
-        redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', math.min(tonumber(grace), tonumber(lease)))
-        if tell_granted(id, clock, math.max(0, ms - tonumber(line[2]))) > 0 then
+        local px = math.min(tonumber(grace), tonumber(lease))
+        redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', px)
+        if tell_granted(id, clock, math.max(0, ms - tonumber(line[2])), px) > 0 then
           if not before or tonumber(lease) < before then
             -- The others were told when the lock before ends, at the latest; this one
             -- may end sooner (tests/model.rs found them asleep on a free key
@@ -938,9 +940,10 @@ end
 /// out. A writer that leaves while readers hold the key, and was the last writer in
 /// line, publishes that the key is free: the readers it held back (see
 /// [`SHARED_ACQUIRE`]'s writer preference) join the holders now rather than at the end
-/// of their wait. A waiter granted the key as it gave up (see `free_for_next`) frees it
-/// for the next in line at once, as its release would. KEYS: lock, waitlist, waitlist
-/// expiries, fence counter. ARGV: waiter id (its waitlist member), (unused), release
+/// of their wait. A waiter granted the key (or a share of it) as it gave up (see
+/// `free_for_next`) frees it for the next in line at once, as its release would. KEYS:
+/// lock, waitlist, waitlist expiries, fence counter, and on a cluster the holders and
+/// share names (derived elsewhere). ARGV: waiter id (its waitlist member), (unused), release
 /// channel, publish command, grace of a reservation (ms). Returns 3 when it granted
 /// the key to the next in line, 1 when it passed the key on otherwise, else 0.
 pub(crate) static LEAVE_WAITLIST: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -966,10 +969,35 @@ if value == 'shared:0' and {leaving_writer} then
   return 0
 end
 local granted_to = string.match(ARGV[1], '^(%S+) ')
+{free_for_next}{settle_shares}
+if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
+  local holders = KEYS[5] or {holders}
+  local names = KEYS[6] or {names}
+  if not redis.call('ZSCORE', holders, granted_to) then
+    return 0
+  end
+  -- Granted a share (a read lock's, a permit) as it gave up: the share ends, and the
+  -- next in line gets what it frees.
+  redis.call('ZREM', holders, granted_to)
+  redis.call('HDEL', names, granted_to)
+  local ms = drop_expired_waiters()
+  if settle_shares(KEYS[1], holders, ms) == 0 then
+    redis.call('DEL', holders, names)
+    if free_for_next(KEYS[4], nil, holders, names) then
+      return 3
+    end
+    return 1
+  end
+  local limit = tonumber(string.sub(value, 8))
+  if limit > 0 and grant_shares(KEYS[4], holders, names, limit, redis.call('ZCARD', holders), ms) > 0 then
+    settle_shares(KEYS[1], holders, ms)
+    return 3
+  end
+  return 1
+end
 if value ~= 'reserved:' .. ARGV[1] and not (granted_to and {granted}) then
   return 0
 end
-{free_for_next}
 if free_for_next(KEYS[4]) then
   return 3
 end
@@ -979,6 +1007,9 @@ return 1
         writer = is_writer("id"),
         granted = owned_by("value", "granted_to"),
         free_for_next = &*FREE_FOR_NEXT,
+        settle_shares = &*SETTLE_SHARES_FN,
+        holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
+        names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
     ))
 });
 
@@ -1004,7 +1035,7 @@ if type(value) == 'string' and string.match(value, '^shared:[1-9]') then
   -- A semaphore's permit granted and never confirmed: once its grace ended, the next
   -- in line gets it.
   local holders = KEYS[5] or {holders}
-  local names = share_names(KEYS[1], holders)
+  local names = KEYS[6] or share_names(KEYS[1], holders)
   local ms = drop_expired_waiters()
   settle_shares(KEYS[1], holders, ms)
   local limit = tonumber(string.sub(value, 8))

@@ -647,28 +647,30 @@ return {{1, token, handed_off, 0}}
     ))
 });
 
+/// `grant_permits(fence, holders, names, value, ms)`: a semaphore's key (`value`,
+/// `shared:<permits>`; a read lock's does nothing) has permits free, now that `ms` (with
+/// the waitlist's expired registrations dropped): the waiters of the same count at the
+/// head of the line are granted as many as are free (see `grant_shares`), and the key
+/// lasts as long as its longest share, a granted one's grace included. True when it
+/// granted one. Shared by the release, the leave and the lapsed-grant scripts; needs
+/// `settle_shares` and `free_for_next`'s functions before it.
+const GRANT_PERMITS_FN: &str = r#"
+local function grant_permits(fence, holders, names, value, ms)
+  local limit = tonumber(string.sub(value, 8))
+  if limit == 0 or grant_shares(fence, holders, names, limit, redis.call('ZCARD', holders), ms) == 0 then
+    return false
+  end
+  settle_shares(KEYS[1], holders, ms)
+  return true
+end
+"#;
+
 /// `release_share(marker)`: the shares' side of the release script (same KEYS and ARGV,
 /// KEYS[5] the holders; the locals of `free_for_next`): ends ARGV[1]'s share, or keeps it for ARGV[2] ms as `kept:`
 /// (no renewal finds it then), gives the key the longest remaining lease and tells the
 /// waiters (a semaphore's: a permit is free; a read lock's: when it ends at the
 /// latest), or frees the key for the next in line when no share is left.
 const RELEASE_SHARE_FN: &str = r#"
--- A semaphore's permit is free: the waiters at the head of the line are granted as many
--- as are free (see `grant_shares`). True when it granted one.
-local function grant_permits(value, ms)
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    return false
-  end
-  ms = drop_expired_waiters()
-  local limit = tonumber(string.sub(value, 8))
-  local granted = grant_shares(fence, KEYS[5], names, limit, redis.call('ZCARD', KEYS[5]), ms)
-  if granted == 0 then
-    return false
-  end
-  -- The key lasts as long as its longest share, a granted one's grace included.
-  settle_shares(KEYS[1], KEYS[5], ms)
-  return true
-end
 local function release_share(value)
   local ms = server_ms()
   local score = redis.call('ZSCORE', KEYS[5], ARGV[1])
@@ -690,7 +692,8 @@ local function release_share(value)
     elseif kept then
       -- A permit kept for its minimum hold is free when that ends.
       redis.call(publish, channel, 'K:' .. ARGV[2])
-    elseif grant_permits(value, ms) then
+    elseif redis.call('EXISTS', KEYS[2]) == 1
+        and grant_permits(fence, KEYS[5], names, value, drop_expired_waiters()) then
       return 3
     else
       redis.call(publish, channel, '')
@@ -746,7 +749,7 @@ local names = KEYS[6] or {names}
 local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
 {free_for_next}
 if not ours then
-  {gone}{SERVER_MS_FN}{settle_shares}{RELEASE_SHARE_FN}
+  {gone}{SERVER_MS_FN}{settle_shares}{GRANT_PERMITS_FN}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
   end
@@ -969,7 +972,7 @@ if value == 'shared:0' and {leaving_writer} then
   return 0
 end
 local granted_to = string.match(ARGV[1], '^(%S+) ')
-{free_for_next}{settle_shares}
+{free_for_next}{settle_shares}{GRANT_PERMITS_FN}
 if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
   local holders = KEYS[5] or {holders}
   local names = KEYS[6] or {names}
@@ -988,9 +991,7 @@ if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared
     end
     return 1
   end
-  local limit = tonumber(string.sub(value, 8))
-  if limit > 0 and grant_shares(KEYS[4], holders, names, limit, redis.call('ZCARD', holders), ms) > 0 then
-    settle_shares(KEYS[1], holders, ms)
+  if grant_permits(KEYS[4], holders, names, value, ms) then
     return 3
   end
   return 1
@@ -1029,7 +1030,7 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
-{free_for_next}{settle_shares}
+{free_for_next}{settle_shares}{GRANT_PERMITS_FN}
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'string' and string.match(value, '^shared:[1-9]') then
   -- A semaphore's permit granted and never confirmed: once its grace ended, the next
@@ -1038,9 +1039,7 @@ if type(value) == 'string' and string.match(value, '^shared:[1-9]') then
   local names = KEYS[6] or share_names(KEYS[1], holders)
   local ms = drop_expired_waiters()
   settle_shares(KEYS[1], holders, ms)
-  local limit = tonumber(string.sub(value, 8))
-  if grant_shares(KEYS[4], holders, names, limit, redis.call('ZCARD', holders), ms) > 0 then
-    settle_shares(KEYS[1], holders, ms)
+  if grant_permits(KEYS[4], holders, names, value, ms) then
     return 3
   end
   return 0

@@ -3,8 +3,9 @@
 # redis-server processes on free loopback ports, compile-fail (trybuild) tests,
 # the examples with small parameters, and the doc tests. The tests build the runtime
 # with every feature (and the `redlock` command with `cli`); first the lean default
-# build and each feature on its own are checked, the docs built with every feature
-# (warnings denied), and the two published crates packaged and built from their
+# build and each feature on its own are checked, the docs built with the default
+# features and with every feature (warnings denied), the library built with the
+# declared minimum Rust version, and the two published crates packaged and built from their
 # packages (`cargo package`, offline: every dependency was fetched by the checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,14 @@ done
 # The lean build's unit tests: what a build without a feature says when asked for it.
 echo "== cargo test -p redlock-runtime --no-default-features --lib" >&2
 cargo test --locked --quiet -p redlock-runtime --no-default-features --lib
-echo "== cargo doc --all-features (warnings denied)" >&2
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet --no-deps --all-features \
-    -p redlock-runtime -p redlock-macros
+for features in "" "--all-features"; do
+    echo "== cargo doc ${features:-(default features)} (warnings denied)" >&2
+    RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet --no-deps $features \
+        -p redlock-runtime -p redlock-macros
+done
+# The declared rust-version (Cargo.toml), checked with that very toolchain when rustup
+# can install it; tests/msrv.rs checks it against every dependency's own.
+source scripts/check-msrv.sh
 echo "== cargo package -p redlock-macros -p redlock-runtime" >&2
 cargo package --locked --offline --quiet --allow-dirty -p redlock-macros -p redlock-runtime
 cargo test --workspace --locked "$@"

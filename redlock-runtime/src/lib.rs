@@ -149,8 +149,8 @@
 //! # Modes
 //! One server ([`LockClient::connect`]), RedLock over independent masters
 //! ([`LockClient::redlock`]: majority, validity with clock drift, fencing written back to
-//! the majority), Redis Cluster ([`LockClient::cluster`], feature `cluster`: sharded
-//! pub/sub, per-slot fencing) and a Sentinel-watched primary ([`LockClient::sentinel`],
+//! the majority), Redis Cluster ([`LockClient::cluster`][cluster-fn], feature `cluster`: sharded
+//! pub/sub, per-slot fencing) and a Sentinel-watched primary ([`LockClient::sentinel`][sentinel-fn],
 //! feature `sentinel`; optionally
 //! [`LockClientBuilder::confirm_replicas`]). [`LockClient::from_env`] picks one from
 //! `REDLOCK_URL`. The attribute works the same on each.
@@ -161,8 +161,8 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | `cluster` | Redis Cluster: [`LockClient::cluster`], [`LockClientBuilder::cluster`], `cluster:` specs in `REDLOCK_URL` (the redis crate's async cluster client) |
-//! | `sentinel` | a primary that Redis Sentinel names, followed across failovers: [`LockClient::sentinel`], [`LockClientBuilder::sentinel`], `sentinel:NAME:` specs (the redis crate's Sentinel client) |
+//! | `cluster` | Redis Cluster: [`LockClient::cluster`][cluster-fn], [`LockClientBuilder::cluster`][cluster-builder], `cluster:` specs in `REDLOCK_URL` (the redis crate's async cluster client) |
+//! | `sentinel` | a primary that Redis Sentinel names, followed across failovers: [`LockClient::sentinel`][sentinel-fn], [`LockClientBuilder::sentinel`][sentinel-builder], `sentinel:NAME:` specs (the redis crate's Sentinel client) |
 //! | `tls` | `rediss://` URLs (rustls with its `ring` provider, through the redis crate's TLS), trusting the system's roots or [`LockClientBuilder::tls_root_certificate`]; without it a `rediss://` URL is refused at `connect()` with a message naming the feature |
 //! | `metrics` | the metrics below, through the `metrics` facade (any exporter) |
 //! | `cli` | the `redlock` command: `cargo install redlock-runtime --features cli` (with `cluster`, `sentinel` and `tls`, so that it reaches every mode) |
@@ -312,6 +312,18 @@
 //! operation in `masters`, and a `Kind` with a request builder beside `acquire`.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// The items of a feature exist only with it: without it, their links in the docs above
+// point to the table of features, so that `cargo doc` builds without warnings either way.
+// (A blank line first: a link's definition cannot continue a paragraph.)
+#![doc = ""]
+#![cfg_attr(feature = "cluster", doc = "[cluster-fn]: LockClient::cluster")]
+#![cfg_attr(feature = "cluster", doc = "[cluster-builder]: LockClientBuilder::cluster")]
+#![cfg_attr(not(feature = "cluster"), doc = "[cluster-fn]: #cargo-features")]
+#![cfg_attr(not(feature = "cluster"), doc = "[cluster-builder]: #cargo-features")]
+#![cfg_attr(feature = "sentinel", doc = "[sentinel-fn]: LockClient::sentinel")]
+#![cfg_attr(feature = "sentinel", doc = "[sentinel-builder]: LockClientBuilder::sentinel")]
+#![cfg_attr(not(feature = "sentinel"), doc = "[sentinel-fn]: #cargo-features")]
+#![cfg_attr(not(feature = "sentinel"), doc = "[sentinel-builder]: #cargo-features")]
 
 mod acquire;
 mod cleanup;

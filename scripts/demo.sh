@@ -14,6 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
+# The first run compiles the example and its dependencies (SQLite, axum, the redis
+# client): about 75 s on a fresh 2-core machine. Cargo shows its progress here; the
+# runs below then start at once.
+echo "== building the lottery example (the first time takes a minute or two; cargo shows its progress)" >&2
+cargo build --locked --example lottery
 if [ "$#" -gt 0 ]; then
     exec cargo run --quiet --locked --example lottery -- "$@"
 fi

@@ -165,7 +165,7 @@
 //! | `sentinel` | a primary that Redis Sentinel names, followed across failovers: [`LockClient::sentinel`][sentinel-fn], [`LockClientBuilder::sentinel`][sentinel-builder], `sentinel:NAME:` specs (the redis crate's Sentinel client) |
 //! | `tls` | `rediss://` URLs (rustls with its `ring` provider, through the redis crate's TLS), trusting the system's roots or [`LockClientBuilder::tls_root_certificate`]; without it a `rediss://` URL is refused at `connect()` with a message naming the feature |
 //! | `metrics` | the metrics below, through the `metrics` facade (any exporter) |
-//! | `cli` | the `redlock` command: `cargo install redlock-runtime --features cli` (with `cluster`, `sentinel` and `tls`, so that it reaches every mode) |
+//! | `cli` | the `redlock` command: `cargo install --path redlock-runtime --features cli` from a checkout (with `cluster`, `sentinel` and `tls`, so that it reaches every mode) |
 //!
 //! Without `cluster` (or `sentinel`), a `cluster:` (or `sentinel:`) spec is refused at
 //! `connect()` with a [`LockError::Connect`] naming the feature to add; the items that

@@ -437,3 +437,11 @@ pub fn redlock_url_or_throwaway_server() -> (Option<RedisServer>, String) {
         }
     }
 }
+
+/// The README's Rust blocks, compiled as doc tests of this package (whose
+/// dev-dependencies are what a user's crate would have: `redlock-runtime` with its
+/// features, tokio, thiserror, tracing), so that the README cannot drift from the API.
+/// Blocks marked `no_run` are compiled only; they need a Redis on the default port.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;

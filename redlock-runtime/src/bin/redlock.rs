@@ -1,6 +1,6 @@
 //! `redlock`: who holds a lock, since when, who waits — and a way to free it, from a
-//! terminal. Install with `cargo install redlock-runtime --features cli` (or
-//! `--path redlock-runtime` from a checkout).
+//! terminal. Install from a checkout with `cargo install --path redlock-runtime --features
+//! cli` (once the crate is published: `cargo install redlock-runtime --features cli`).
 //!
 //! ```text
 //! redlock list 'order:*'          # a table: key, holder, held for, ttl, token, waiting

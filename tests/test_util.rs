@@ -134,8 +134,14 @@ fn start_and_print() {
 /// Runs the test `name` again in a child process with `env` set (a `None` value
 /// removes the variable) and returns what it printed.
 fn run_child(name: &str, env: &[(&str, Option<&str>)]) -> String {
+    run_child_in(name, env, Path::new("."))
+}
+
+/// [`run_child`] in the directory `cwd`.
+fn run_child_in(name: &str, env: &[(&str, Option<&str>)], cwd: &Path) -> String {
     let mut command = Command::new(std::env::current_exe().expect("the test binary"));
     command
+        .current_dir(cwd)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(CHILD, "1");
     for (var, value) in env {
@@ -209,6 +215,20 @@ fn redis_server_names_the_binary_to_run() {
             ("REDIS_SERVER", Some(binary.to_str().unwrap())),
             ("PATH", Some("/nonexistent")),
         ],
+    );
+    assert!(stdout.contains("STARTED"), "{stdout}");
+
+    // A relative path is the test's, not the server's directory's: `bin/redis-server`
+    // run from `/usr`.
+    let folder = binary.parent().unwrap();
+    let relative = Path::new(folder.file_name().unwrap()).join("redis-server");
+    let stdout = run_child_in(
+        "redis_server_names_the_binary_to_run",
+        &[
+            ("REDIS_SERVER", Some(relative.to_str().unwrap())),
+            ("PATH", Some("/nonexistent")),
+        ],
+        folder.parent().unwrap(),
     );
     assert!(stdout.contains("STARTED"), "{stdout}");
 }

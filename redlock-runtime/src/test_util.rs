@@ -13,7 +13,8 @@
 //!
 //! ```toml
 //! [dev-dependencies]
-//! redlock-runtime = { version = "0.1", features = ["test-util"] }
+//! # The same source as under [dependencies] (path, git or version), with the feature.
+//! redlock-runtime = { path = "../redlock/redlock-runtime", features = ["test-util"] }
 //! tokio = { version = "1", features = ["macros", "rt"] }
 //! ```
 //!
@@ -178,10 +179,19 @@ struct Binary {
 impl Binary {
     fn find() -> Binary {
         match std::env::var_os(BINARY_VAR) {
-            Some(path) if !path.is_empty() => Binary {
-                program: PathBuf::from(path),
-                from_var: true,
-            },
+            Some(path) if !path.is_empty() => {
+                let path = PathBuf::from(path);
+                // The server runs in its own directory: a relative path (`bin/redis-server`)
+                // is made absolute from ours first. A bare name is looked up on PATH.
+                let program = match path.components().count() {
+                    1 => path,
+                    _ => std::path::absolute(&path).unwrap_or(path),
+                };
+                Binary {
+                    program,
+                    from_var: true,
+                }
+            }
             // Looked up on PATH by the spawn.
             _ => Binary {
                 program: PathBuf::from("redis-server"),

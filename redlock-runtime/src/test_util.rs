@@ -20,7 +20,7 @@
 //!
 //! A test of an annotated function, with another instance holding the lock:
 //!
-//! ```
+//! ```rust,test_harness
 //! use redlock_runtime::test_util::RedisServer;
 //! use redlock_runtime::{LockClient, LockError, distributed_lock};
 //!
@@ -30,9 +30,7 @@
 //!     Ok(id)
 //! }
 //!
-//! # /* A doc test does not run `#[test]` functions: `main` below runs this one.
 //! #[tokio::test]
-//! # */
 //! async fn an_order_is_paid_under_its_lock() {
 //!     let redis = RedisServer::start().expect("start redis-server");
 //!     let locks = redis.client().await.expect("connect");
@@ -45,13 +43,6 @@
 //!     assert!(error.is_busy(), "{error}");
 //!     held.release().await.unwrap();
 //! }
-//! # fn main() {
-//! #     tokio::runtime::Builder::new_current_thread()
-//! #         .enable_all()
-//! #         .build()
-//! #         .unwrap()
-//! #         .block_on(an_order_is_paid_under_its_lock());
-//! # }
 //! ```
 //!
 //! # The default client in tests

@@ -117,7 +117,7 @@ impl RedisServer {
     pub fn start() -> io::Result<RedisServer> {
         let binary = Binary::find();
         let dir = TempDir::create()?;
-        let mut port_taken = None;
+        let mut port_taken = io::Error::new(io::ErrorKind::AddrInUse, "no port tried");
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
             match spawn(&binary, port, dir.path()) {
@@ -128,11 +128,11 @@ impl RedisServer {
                         _dir: dir,
                     });
                 }
-                Err(Failed::PortTaken(error)) => port_taken = Some(error),
+                Err(Failed::PortTaken(error)) => port_taken = error,
                 Err(Failed::Other(error)) => return Err(error),
             }
         }
-        Err(port_taken.expect("at least one attempt"))
+        Err(port_taken)
     }
 
     /// `redis://127.0.0.1:PORT/`.

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
-for features in "" cluster sentinel tls metrics; do
+for features in "" cluster sentinel tls metrics test-util; do
     echo "== cargo check -p redlock-runtime --no-default-features --features '$features'" >&2
     cargo check --locked --quiet -p redlock-runtime --no-default-features --features "$features" --lib
 done

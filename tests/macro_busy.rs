@@ -1,12 +1,15 @@
 //! `on_busy = "skip"` and the error predicates a handler branches on, against a real
 //! redis-server: a scheduled job that finds the lock taken returns `Ok(None)` without
 //! running its body; `is_busy` / `is_unavailable` tell a busy lock from a Redis outage.
+//!
+//! Written as a user tests their own annotated functions: the server comes from
+//! `redlock_runtime::test_util` (feature `test-util`), the client is passed in.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redlock_runtime::test_util::RedisServer;
 use redlock_runtime::{LockClient, LockError, distributed_lock};
-use redlock_testkit::RedisServer;
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
@@ -23,9 +26,9 @@ async fn plain(locks: &LockClient, day: u32) -> Result<u32, LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_lock_skips_the_body_and_returns_none() {
-    let server = RedisServer::start();
-    let locks = LockClient::connect(&server.url()).await.unwrap();
-    let other = LockClient::connect(&server.url()).await.unwrap();
+    let server = RedisServer::start().unwrap();
+    let locks = server.client().await.unwrap();
+    let other = server.client().await.unwrap();
 
     // Free: the body runs.
     assert_eq!(draw(&locks, 1).await.unwrap(), Some(1));
@@ -60,7 +63,7 @@ async fn a_busy_lock_skips_the_body_and_returns_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_is_unavailable_not_busy_even_with_skip() {
-    let server = RedisServer::start();
+    let server = RedisServer::start().unwrap();
     let locks = LockClient::builder(&server.url())
         .response_timeout(Duration::from_millis(300))
         .connect()
@@ -104,8 +107,8 @@ async fn per_user(locks: &LockClient, name: &str) -> Result<String, LockError> {
 /// Documented: a placeholder that formats to "" is not refused; the key is `user:`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_placeholder_locks_the_key_without_it() {
-    let server = RedisServer::start();
-    let locks = LockClient::connect(&server.url()).await.unwrap();
+    let server = RedisServer::start().unwrap();
+    let locks = server.client().await.unwrap();
     assert_eq!(per_user(&locks, "").await.unwrap(), "user:");
     assert_eq!(per_user(&locks, "ann").await.unwrap(), "user:ann");
 }

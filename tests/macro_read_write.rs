@@ -1,13 +1,14 @@
 //! `mode = "read"`, `mode = "write"` and `permits = N` of the attribute against a real
 //! redis-server: readers overlap, a writer excludes them, a semaphore caps concurrent
 //! calls, a read nested in a write re-enters and a write nested in a read is refused
-//! at once.
+//! at once. The servers come from `redlock_runtime::test_util` (feature `test-util`),
+//! as in a user's own tests.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redlock_runtime::test_util::RedisServer;
 use redlock_runtime::{LockClient, LockError, distributed_lock};
-use redlock_testkit::RedisServer;
 
 static READING: AtomicUsize = AtomicUsize::new(0);
 static MOST_READING: AtomicUsize = AtomicUsize::new(0);
@@ -52,9 +53,9 @@ async fn call_partner(locks: &LockClient) -> Result<(), LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_overlap_and_a_nested_read_reenters_a_write() {
-    let server = RedisServer::start();
-    let a = LockClient::connect(&server.url()).await.unwrap();
-    let b = LockClient::connect(&server.url()).await.unwrap();
+    let server = RedisServer::start().unwrap();
+    let a = server.client().await.unwrap();
+    let b = server.client().await.unwrap();
     let readers: Vec<_> = (0..4)
         .map(|n| {
             let client = if n % 2 == 0 { a.clone() } else { b.clone() };
@@ -75,8 +76,8 @@ async fn readers_overlap_and_a_nested_read_reenters_a_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_inside_a_read_of_the_same_key_fails_at_once() {
-    let server = RedisServer::start();
-    let a = LockClient::connect(&server.url()).await.unwrap();
+    let server = RedisServer::start().unwrap();
+    let a = server.client().await.unwrap();
     let started = std::time::Instant::now();
     let refused = read_then_write(&a, 2)
         .await
@@ -93,9 +94,9 @@ async fn a_write_inside_a_read_of_the_same_key_fails_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_cap_concurrent_calls() {
-    let server = RedisServer::start();
-    let a = LockClient::connect(&server.url()).await.unwrap();
-    let b = LockClient::connect(&server.url()).await.unwrap();
+    let server = RedisServer::start().unwrap();
+    let a = server.client().await.unwrap();
+    let b = server.client().await.unwrap();
     let calls: Vec<_> = (0..8)
         .map(|n| {
             let client = if n % 2 == 0 { a.clone() } else { b.clone() };

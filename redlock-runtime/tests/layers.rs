@@ -34,6 +34,7 @@ const LAYERS: &[&str] = &[
     "election",      // leader election: a lock held with the watchdog, its holder the leader
     "client",        // LockClient and its builder
     "macro_support", // what the attribute calls
+    "test_util",     // a throwaway redis-server for users' tests (feature `test-util`)
     "lib",           // re-exports only
     "bin",           // the `redlock` command (feature `cli`): the public API only
 ];

@@ -335,8 +335,13 @@ impl fmt::Display for Cause<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = self.0.kind();
         let text = self.0.to_string();
-        // redis-rs writes its own errors as `description - Kind: detail`.
-        let text = text.replacen(&format!(" - {kind:?}"), "", 1);
+        // redis-rs writes its own errors as `description - Kind: detail` (or without
+        // the detail): the kind's name is for programs, not people.
+        let tag = format!(" - {kind:?}");
+        let text = match text.strip_suffix(&tag) {
+            Some(description) => description.to_owned(),
+            None => text.replacen(&format!("{tag}: "), ": ", 1),
+        };
         let limit = if kind == redis::ErrorKind::InvalidClientConfig {
             usize::MAX
         } else {

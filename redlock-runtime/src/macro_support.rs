@@ -201,9 +201,18 @@ fn unreachable_detail(redlock_url: Option<&str>, cause: &str) -> String {
 /// The reason of `NoDefaultClient` when connecting to `redlock_url` failed with a
 /// configuration mistake (`error`, whose message says which and how to fix it).
 fn refused_reason(redlock_url: Option<&str>, error: &LockError) -> String {
+    let why = match error {
+        // The spec itself: its message would name the URL a second time.
+        LockError::Connect { source, .. }
+            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+        {
+            Cause(source).to_string()
+        }
+        error => error.to_string(),
+    };
     format!(
-        "set_default_client was not called, and the client from {} cannot be used: {error}; \
-         correct REDLOCK_URL, or call redlock_runtime::set_default_client at startup",
+        "set_default_client was not called, and {} cannot be used: {why}; correct \
+         REDLOCK_URL, or call redlock_runtime::set_default_client at startup",
         where_from(redlock_url)
     )
 }

@@ -45,7 +45,11 @@ async fn in_the_child() {
     let message = error.to_string();
     assert!(message.contains("order:7"), "{message}");
     assert!(!message.contains('\n'), "{message}");
-    for needle in ["REDLOCK_URL=redis://127.0.0.1:", "refused", "set_default_client"] {
+    for needle in [
+        "REDLOCK_URL=redis://127.0.0.1:",
+        "refused",
+        "set_default_client",
+    ] {
         assert!(message.contains(needle), "{needle:?} missing: {message}");
     }
 

@@ -46,7 +46,8 @@ pub enum LockError {
         key: String,
     },
 
-    /// Redis answered with an error, did not answer in time, or could not be reached.
+    /// Redis answered with an error, did not answer in time, or could not be reached
+    /// (the default client's too: its message then names `REDLOCK_URL` and the fixes).
     Redis {
         /// The lock's key.
         key: String,
@@ -168,11 +169,16 @@ pub enum LockError {
         key: String,
     },
 
-    /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
+    /// No client was given with `set_default_client` and none can be built from
+    /// `REDLOCK_URL`: it does not parse or needs a cargo feature, its server refused the
+    /// credentials, TLS failed, or it names a port that does not speak Redis; or no
+    /// tokio runtime runs. A mistake to fix ([`LockError::is_misconfigured`]). A Redis
+    /// that cannot be reached at `REDLOCK_URL` is not this but [`LockError::Redis`]
+    /// (unavailable: it may come back), whose message names `REDLOCK_URL`.
     NoDefaultClient {
         /// The key of the call that needed it.
         key: String,
-        /// Why none could be built.
+        /// Why none could be built, and what to do, on one line.
         reason: String,
     },
 }
@@ -470,6 +476,8 @@ impl LockError {
     ///     tracing::debug!(%error, "another instance runs it; skipping");
     /// } else if error.is_unavailable() {
     ///     tracing::warn!(%error, "Redis is unavailable; retrying later");
+    /// } else if error.is_misconfigured() {
+    ///     tracing::error!(%error, "fix the configuration or the code");
     /// }
     /// # }
     /// ```

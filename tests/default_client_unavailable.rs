@@ -41,8 +41,17 @@ async fn in_the_child() {
     assert!(error.is_unavailable(), "not unavailable: {error:?}");
     assert!(!error.is_busy(), "busy: {error:?}");
     assert_eq!(error.key(), "order:7", "{error:?}");
-    let message = error.chain().to_string();
+    // One line that says where, why and what to do (tests/errors_say_why.rs has the rest).
+    let message = error.to_string();
     assert!(message.contains("order:7"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+    for needle in [
+        "REDLOCK_URL=redis://127.0.0.1:",
+        "refused",
+        "set_default_client",
+    ] {
+        assert!(message.contains(needle), "{needle:?} missing: {message}");
+    }
 
     // `on_busy = "skip"` skips a busy lock only: Redis being unreachable is still an
     // error, the same kind.

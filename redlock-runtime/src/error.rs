@@ -6,14 +6,29 @@ use std::time::Duration;
 /// Why a lock operation failed.
 ///
 /// Every variant that concerns a lock carries its key; [`LockError::key`] returns it.
-/// Long keys are shortened in messages (the full key stays in the field). A message
-/// does not repeat its cause: the Redis error is [`source()`](std::error::Error::source),
-/// which error reporters print after it (`anyhow`'s `{:#}`, `tracing`'s error fields),
-/// and [`LockError::chain`] writes both on one line.
+/// Long keys are shortened in messages (the full key stays in the field).
+///
+/// The message (`Display`) is one line that says what happened, why (the cause that
+/// Redis or the connection reported, on one line, cut after about 200 characters) and,
+/// where there is one, what to do: `<what happened> [for key]: <cause>; <fix>`. So the
+/// cause is *not* also [`source()`](std::error::Error::source), which returns `None`
+/// (a reporter walking the chain, such as `anyhow`'s `{:#}`, would print it twice);
+/// code that needs the Redis error itself gets it from [`LockError::redis_error`].
+///
+/// # What to do about it
+///
+/// Every error is in exactly one of five classes, by what has to happen next:
+///
+/// | Variant | Class | What to do |
+/// |---|---|---|
+/// | [`Timeout`](LockError::Timeout) | busy ([`is_busy`](LockError::is_busy)) | Someone else holds the lock: skip this run, or wait longer |
+/// | [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated), [`Connect`](LockError::Connect) (server unreachable) | unavailable ([`is_unavailable`](LockError::is_unavailable)) | Retry later; alert if it lasts |
+/// | [`Lost`](LockError::Lost) | lost ([`is_lost`](LockError::is_lost)) | The work done under the lock may overlap another owner's: rely on the fencing token, use a longer lease or the watchdog |
+/// | [`InvalidKey`](LockError::InvalidKey), [`InvalidOptions`](LockError::InvalidOptions), [`Connect`](LockError::Connect) (unusable URL), [`NotRedis`](LockError::NotRedis), [`Auth`](LockError::Auth), [`Tls`](LockError::Tls), [`NoDefaultClient`](LockError::NoDefaultClient), [`PermitsMismatch`](LockError::PermitsMismatch), [`WouldDeadlock`](LockError::WouldDeadlock), [`NotALock`](LockError::NotALock) | misconfigured ([`is_misconfigured`](LockError::is_misconfigured)) | A person fixes the configuration or the code; retrying does not help |
+/// | [`ShutDown`](LockError::ShutDown) | shut down | The program is ending: stop taking work |
 //
-// Display and Error are written out rather than derived with thiserror: a derived
-// `source()` would return the redis-rs error even where redis-rs repeats its inner
-// I/O error's text, and every reporter would print that text twice.
+// Display and Error are written out rather than derived with thiserror: the cause is
+// in the message, normalized to one line, and `source()` stays empty.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum LockError {
@@ -31,7 +46,8 @@ pub enum LockError {
         key: String,
     },
 
-    /// Redis answered with an error, did not answer in time, or could not be reached.
+    /// Redis answered with an error, did not answer in time, or could not be reached
+    /// (the default client's too: its message then names `REDLOCK_URL` and the fixes).
     Redis {
         /// The lock's key.
         key: String,
@@ -65,6 +81,15 @@ pub enum LockError {
         /// The server (password hidden).
         url: String,
         /// What the TLS layer reported.
+        source: redis::RedisError,
+    },
+
+    /// A server answers at `url`, but not in the Redis protocol (an HTTP server, or
+    /// another service on that port): the URL names the wrong port.
+    NotRedis {
+        /// The server (password hidden).
+        url: String,
+        /// What redis-rs could not parse.
         source: redis::RedisError,
     },
 
@@ -144,44 +169,78 @@ pub enum LockError {
         key: String,
     },
 
-    /// No client was given with `set_default_client` and none could be built from `REDLOCK_URL`.
+    /// No client was given with `set_default_client` and none can be built from
+    /// `REDLOCK_URL`: it does not parse or needs a cargo feature, its server refused the
+    /// credentials, TLS failed, or it names a port that does not speak Redis; or no
+    /// tokio runtime runs. A mistake to fix ([`LockError::is_misconfigured`]). A Redis
+    /// that cannot be reached at `REDLOCK_URL` is not this but [`LockError::Redis`]
+    /// (unavailable: it may come back), whose message names `REDLOCK_URL`.
     NoDefaultClient {
         /// The key of the call that needed it.
         key: String,
-        /// Why none could be built.
+        /// Why none could be built, and what to do, on one line.
         reason: String,
     },
 }
 
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // No message repeats its cause: the Redis error is `source()`.
+        // One line: what happened, the cause, and the fix where there is one.
         match self {
             LockError::Timeout { key, waited } => write!(
                 f,
-                "lock `{}` not acquired: held by another owner for the whole wait of {waited:?}",
-                Preview(key)
+                "lock `{}` not acquired: held by another owner for the whole wait of {}",
+                Preview(key),
+                Rounded(*waited)
             ),
             LockError::Lost { key } => write!(
                 f,
-                "lock `{}` was lost: its lease ran out or another owner took it",
+                "lock `{}` was lost: its lease ran out or another owner took it; writes made \
+                 since must rely on the fencing token, and a longer lease (or the watchdog: no \
+                 `lease`) keeps a lock through long work",
                 Preview(key)
             ),
-            LockError::Redis { key, .. } => write!(f, "lock `{}`: Redis failed", Preview(key)),
+            LockError::Redis { key, source } => match default_client_detail(source) {
+                Some(detail) => write!(
+                    f,
+                    "lock `{}`: {DEFAULT_CLIENT_CANNOT_CONNECT} {detail}",
+                    Preview(key)
+                ),
+                None => write!(
+                    f,
+                    "lock `{}`: Redis failed: {}",
+                    Preview(key),
+                    Cause(source)
+                ),
+            },
             LockError::Connect { url, source }
                 if source.kind() == redis::ErrorKind::InvalidClientConfig =>
             {
-                write!(f, "cannot use the Redis URL `{url}`")
+                write!(f, "cannot use the Redis URL `{url}`: {}", Cause(source))
             }
-            LockError::Connect { url, .. } => write!(f, "cannot connect to Redis at {url}"),
-            LockError::Auth { url, .. } => write!(
+            LockError::Connect { url, source } => write!(
                 f,
-                "Redis at {url} refused the credentials (the user and password in the URL)"
+                "cannot connect to Redis at {url}: {}; check that Redis runs at that address",
+                Cause(source)
             ),
-            LockError::Tls { url, .. } => write!(
+            LockError::NotRedis { url, source } => write!(
                 f,
-                "TLS with Redis at {url} failed (does its certificate verify against the \
-                 trusted roots? see LockClientBuilder::tls_root_certificate)"
+                "cannot connect to Redis at {url}: the server there does not speak the Redis \
+                 protocol (an HTTP server? check the port): {}",
+                Cause(source)
+            ),
+            LockError::Auth { url, source } => write!(
+                f,
+                "Redis at {url} refused the credentials: {}; check the user and password in the \
+                 URL (and the user's ACL rules)",
+                Cause(source)
+            ),
+            LockError::Tls { url, source } => write!(
+                f,
+                "TLS with Redis at {url} failed: {}; check that the port speaks TLS and that its \
+                 certificate verifies against the trusted roots (see \
+                 LockClientBuilder::tls_root_certificate)",
+                Cause(source)
             ),
             LockError::InvalidKey { key, reason } => {
                 write!(f, "invalid lock key `{}`: {reason}", Preview(key))
@@ -190,7 +249,7 @@ impl fmt::Display for LockError {
             LockError::NotALock { key, found } => write!(
                 f,
                 "lock `{}`: the Redis key holds a {found} that redlock did not write; refusing \
-                 to touch it",
+                 to touch it (use another key)",
                 Preview(key)
             ),
             LockError::NoQuorum {
@@ -212,7 +271,8 @@ impl fmt::Display for LockError {
             } => write!(
                 f,
                 "lock `{}`: only {confirmed} of the {needed} required replicas confirmed the \
-                 acquisition; it was undone",
+                 acquisition; it was undone (are the replicas connected to the primary? see \
+                 LockClientBuilder::confirm_replicas)",
                 Preview(key)
             ),
             LockError::PermitsMismatch {
@@ -241,8 +301,9 @@ impl fmt::Display for LockError {
             LockError::NoDefaultClient { key, reason } => {
                 write!(
                     f,
-                    "lock `{}`: no default lock client: {reason}",
-                    Preview(key)
+                    "lock `{}`: no default lock client: {}",
+                    Preview(key),
+                    OneLine(reason, usize::MAX)
                 )
             }
         }
@@ -250,20 +311,92 @@ impl fmt::Display for LockError {
 }
 
 impl std::error::Error for LockError {
-    /// The Redis error, if any. redis-rs writes an I/O or parse error's text as its own
-    /// and also returns it as its `source()`; then that inner error is the cause, so
-    /// that a reporter walking the chain (anyhow's `{:#}`) prints each cause once.
+    /// `None`: the cause is in the message (see [`LockError::redis_error`]).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        let redis = match self {
-            LockError::Redis { source, .. }
-            | LockError::Connect { source, .. }
-            | LockError::Auth { source, .. }
-            | LockError::Tls { source, .. } => source,
-            _ => return None,
+        None
+    }
+}
+
+/// How the default client's unreachable Redis is told (see `default_client_unreachable`):
+/// the start of the message, and the description of the Redis error that carries the rest.
+const DEFAULT_CLIENT_CANNOT_CONNECT: &str = "the default client cannot connect";
+
+/// The rest of the message of a default client that cannot connect, if `source` is one.
+fn default_client_detail(source: &redis::RedisError) -> Option<&str> {
+    let detail = source.detail()?;
+    let text = source.to_string();
+    (source.kind() == redis::ErrorKind::Io && text.starts_with(DEFAULT_CLIENT_CANNOT_CONNECT))
+        .then_some(detail)
+}
+
+/// The longest cause from redis-rs a message shows, in characters.
+const CAUSE_SHOWN: usize = 200;
+
+/// A Redis error as a message's cause: on one line, without redis-rs's ` - Kind` tag,
+/// cut after [`CAUSE_SHOWN`] characters — except our own configuration errors, whose
+/// tail lists the accepted forms.
+pub(crate) struct Cause<'a>(pub(crate) &'a redis::RedisError);
+
+impl fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.0.kind();
+        let text = self.0.to_string();
+        // redis-rs writes its own errors as `description - Kind: detail` (or without
+        // the detail): the kind's name is for programs, not people.
+        let tag = format!(" - {kind:?}");
+        let text = match text.strip_suffix(&tag) {
+            Some(description) => description.to_owned(),
+            None => text.replacen(&format!("{tag}: "), ": ", 1),
         };
-        match std::error::Error::source(redis) {
-            Some(inner) if inner.to_string() == redis.to_string() => Some(inner),
-            _ => Some(redis),
+        let limit = if kind == redis::ErrorKind::InvalidClientConfig {
+            usize::MAX
+        } else {
+            CAUSE_SHOWN
+        };
+        OneLine(&text, limit).fmt(f)
+    }
+}
+
+/// `text` on one line: runs of whitespace (newlines included) become one space, and
+/// after `limit` characters an ellipsis ends it.
+struct OneLine<'a>(&'a str, usize);
+
+impl fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let OneLine(text, limit) = *self;
+        let mut shown = 0;
+        for (n, word) in text.split_whitespace().enumerate() {
+            let space = usize::from(n > 0);
+            let length = word.chars().count();
+            if shown + space + length > limit {
+                let room = limit.saturating_sub(shown + space);
+                if space == 1 && room > 0 {
+                    f.write_str(" ")?;
+                }
+                let cut: String = word.chars().take(room).collect();
+                return write!(f, "{cut}…");
+            }
+            if space == 1 {
+                f.write_str(" ")?;
+            }
+            f.write_str(word)?;
+            shown += space + length;
+        }
+        Ok(())
+    }
+}
+
+/// A duration in a message: rounded to the millisecond (`3s`, `3.002s`, `150ms`), not
+/// the nanoseconds a measured wait carries.
+pub(crate) struct Rounded(pub(crate) Duration);
+
+impl fmt::Display for Rounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_nanos().saturating_add(500_000) / 1_000_000;
+        match u64::try_from(millis) {
+            Ok(0) => f.write_str("0s"),
+            Ok(millis) => write!(f, "{:?}", Duration::from_millis(millis)),
+            Err(_) => write!(f, "{:?}", self.0),
         }
     }
 }
@@ -303,12 +436,17 @@ impl LockError {
             | LockError::WouldDeadlock { key }
             | LockError::ShutDown { key }
             | LockError::NoDefaultClient { key, .. } => key,
-            LockError::Connect { .. } | LockError::Auth { .. } | LockError::Tls { .. } => "",
+            LockError::Connect { .. }
+            | LockError::NotRedis { .. }
+            | LockError::Auth { .. }
+            | LockError::Tls { .. } => "",
         }
     }
 
-    /// The message and every cause after it on one line (`a: b: c`), each told once:
-    /// what a log line or a command-line tool prints.
+    /// The message on one line, with every cause after it told once: what a log line
+    /// or a command-line tool prints. The message already carries the cause (see the
+    /// type's docs), so this is the message itself; kept for code written when the
+    /// cause came after it.
     ///
     /// ```
     /// # fn show(error: &redlock_runtime::LockError) {
@@ -338,6 +476,8 @@ impl LockError {
     ///     tracing::debug!(%error, "another instance runs it; skipping");
     /// } else if error.is_unavailable() {
     ///     tracing::warn!(%error, "Redis is unavailable; retrying later");
+    /// } else if error.is_misconfigured() {
+    ///     tracing::error!(%error, "fix the configuration or the code");
     /// }
     /// # }
     /// ```
@@ -348,9 +488,10 @@ impl LockError {
     /// Redis could not be used: unreachable, no answer in time, an error reply, too
     /// few RedLock masters or replicas answering, or a default client that could not
     /// connect. Worth retrying later; not a mistake in the call. Mistakes in the
-    /// configuration are not: a URL that does not parse or needs a cargo feature,
-    /// refused credentials ([`LockError::Auth`]), a certificate that does not verify
-    /// ([`LockError::Tls`]).
+    /// configuration are not (see [`LockError::is_misconfigured`]): a URL that does not
+    /// parse or needs a cargo feature, a port where no Redis answers
+    /// ([`LockError::NotRedis`]), refused credentials ([`LockError::Auth`]), a failed
+    /// TLS handshake ([`LockError::Tls`]), [`LockError::NoDefaultClient`].
     pub fn is_unavailable(&self) -> bool {
         match self {
             LockError::Connect { source, .. } => {
@@ -363,8 +504,56 @@ impl LockError {
         }
     }
 
+    /// A mistake a person must fix in the configuration or the code; retrying does not
+    /// help: a key or options that cannot be used, a URL that cannot be used
+    /// ([`LockError::Connect`] whose Redis error is `InvalidClientConfig`), a port that
+    /// does not speak Redis, refused credentials, a failed TLS handshake, no default
+    /// client, a semaphore asked for with another count, a write lock inside a read
+    /// lock, a key that holds something else.
+    ///
+    /// ```
+    /// # fn handle(error: redlock_runtime::LockError) {
+    /// if error.is_misconfigured() {
+    ///     tracing::error!(%error, "redlock: fix the configuration");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_misconfigured(&self) -> bool {
+        match self {
+            LockError::Connect { source, .. } => {
+                source.kind() == redis::ErrorKind::InvalidClientConfig
+            }
+            LockError::InvalidKey { .. }
+            | LockError::InvalidOptions { .. }
+            | LockError::NotRedis { .. }
+            | LockError::Auth { .. }
+            | LockError::Tls { .. }
+            | LockError::NoDefaultClient { .. }
+            | LockError::PermitsMismatch { .. }
+            | LockError::WouldDeadlock { .. }
+            | LockError::NotALock { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The error redis-rs reported, for the variants that carry one ([`LockError::Redis`],
+    /// [`LockError::Connect`], [`LockError::NotRedis`], [`LockError::Auth`],
+    /// [`LockError::Tls`]): its kind, its server error code. Its text is already in the
+    /// message.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            LockError::Redis { source, .. }
+            | LockError::Connect { source, .. }
+            | LockError::NotRedis { source, .. }
+            | LockError::Auth { source, .. }
+            | LockError::Tls { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
     /// A failure to connect to `url`, told apart: refused credentials, a failed TLS
-    /// handshake, or anything else (unreachable, bad URL).
+    /// handshake, a server that does not speak Redis, or anything else (unreachable,
+    /// bad URL).
     pub(crate) fn connect(url: &str, source: redis::RedisError) -> Self {
         let url = url.to_owned();
         let text = source.to_string();
@@ -383,8 +572,25 @@ impl LockError {
             || has("received corrupt message")
         {
             LockError::Tls { url, source }
+        } else if source.kind() == redis::ErrorKind::Parse {
+            // The handshake's reply did not parse: something else answers on that port.
+            LockError::NotRedis { url, source }
         } else {
             LockError::Connect { url, source }
+        }
+    }
+
+    /// The default client cannot connect to Redis: `detail` says where (`to …`), why
+    /// and what to do. Unavailable, as for any unreachable Redis; the message is
+    /// `lock `key`: the default client cannot connect <detail>`.
+    pub(crate) fn default_client_unreachable(key: &str, detail: String) -> Self {
+        LockError::Redis {
+            key: key.to_owned(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::Io,
+                DEFAULT_CLIENT_CANNOT_CONNECT,
+                detail,
+            )),
         }
     }
 
@@ -505,28 +711,183 @@ mod tests {
     }
 
     #[test]
-    fn a_message_does_not_repeat_its_cause_and_the_chain_tells_each_once() {
+    fn the_message_carries_its_cause_once_and_source_is_empty() {
         let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused here");
         let error = LockError::Connect {
             url: "redis://127.0.0.1:1/".into(),
             source: redis::RedisError::from(refused),
         };
         let message = error.to_string();
-        assert!(!message.contains("refused here"), "{message}");
-        let source = std::error::Error::source(&error)
-            .expect("the Redis error")
-            .to_string();
-        assert!(source.contains("refused here"), "{source}");
-        let chain = error.chain().to_string();
-        assert_eq!(chain.matches("refused here").count(), 1, "{chain}");
-        assert!(chain.starts_with(&message), "{chain}");
-        // Walking `source()` as any reporter does (anyhow's `{:#}`) tells it once too.
-        let mut walked = message.clone();
-        let mut cause = std::error::Error::source(&error);
-        while let Some(next) = cause {
-            walked.push_str(&format!(": {next}"));
-            cause = next.source();
+        assert_eq!(
+            message,
+            "cannot connect to Redis at redis://127.0.0.1:1/: refused here; check that Redis \
+             runs at that address"
+        );
+        assert!(std::error::Error::source(&error).is_none());
+        assert!(
+            error
+                .redis_error()
+                .unwrap()
+                .to_string()
+                .contains("refused here")
+        );
+        // The chain, and anything walking `source()` (anyhow's `{:#}`), tell it once.
+        assert_eq!(error.chain().to_string(), message);
+    }
+
+    #[test]
+    fn a_cause_is_shown_on_one_line_and_cut() {
+        let parse = |text: &str| LockError::Redis {
+            key: "k".into(),
+            source: redis::RedisError::from((redis::ErrorKind::Io, "broken", text.to_owned())),
+        };
+        let message = parse("line one\n  line two\r\n\n\tthree").to_string();
+        assert_eq!(
+            message,
+            "lock `k`: Redis failed: broken: line one line two three"
+        );
+        let message = parse(&"word ".repeat(500)).to_string();
+        assert!(!message.contains('\n'));
+        assert!(message.ends_with('…'), "{message}");
+        assert!(message.chars().count() < 260, "{message}");
+    }
+
+    #[test]
+    fn waits_are_shown_to_the_millisecond() {
+        let timeout = |waited| {
+            LockError::Timeout {
+                key: "k".into(),
+                waited,
+            }
+            .to_string()
+        };
+        assert!(timeout(Duration::from_nanos(3_002_170_097)).ends_with("wait of 3.002s"));
+        assert!(timeout(Duration::from_nanos(151_618_249)).ends_with("wait of 152ms"));
+        assert!(timeout(Duration::from_secs(3)).ends_with("wait of 3s"));
+        assert!(timeout(Duration::ZERO).ends_with("wait of 0s"));
+    }
+
+    /// One value of each variant.
+    fn every_variant() -> Vec<LockError> {
+        let redis = |kind, text: &str| redis::RedisError::from((kind, "failed", text.to_owned()));
+        let key = || "k".to_owned();
+        let url = || "redis://127.0.0.1:1/".to_owned();
+        vec![
+            LockError::Timeout {
+                key: key(),
+                waited: Duration::from_secs(1),
+            },
+            LockError::Lost { key: key() },
+            LockError::Redis {
+                key: key(),
+                source: redis(redis::ErrorKind::Io, "refused"),
+            },
+            LockError::Connect {
+                url: url(),
+                source: redis(redis::ErrorKind::Io, "refused"),
+            },
+            LockError::Connect {
+                url: url(),
+                source: redis(redis::ErrorKind::InvalidClientConfig, "not a URL"),
+            },
+            LockError::NotRedis {
+                url: url(),
+                source: redis(redis::ErrorKind::Parse, "HTTP"),
+            },
+            LockError::Auth {
+                url: url(),
+                source: redis(redis::ErrorKind::AuthenticationFailed, "WRONGPASS"),
+            },
+            LockError::Tls {
+                url: url(),
+                source: redis(redis::ErrorKind::Io, "certificate"),
+            },
+            LockError::InvalidKey {
+                key: key(),
+                reason: "empty".into(),
+            },
+            LockError::InvalidOptions {
+                key: key(),
+                reason: "wait".into(),
+            },
+            LockError::NotALock {
+                key: key(),
+                found: "hash".into(),
+            },
+            LockError::NoQuorum {
+                key: key(),
+                reached: 1,
+                needed: 2,
+            },
+            LockError::NotReplicated {
+                key: key(),
+                confirmed: 0,
+                needed: 1,
+            },
+            LockError::PermitsMismatch {
+                key: key(),
+                requested: 3,
+                existing: 5,
+            },
+            LockError::WouldDeadlock { key: key() },
+            LockError::ShutDown { key: key() },
+            LockError::NoDefaultClient {
+                key: key(),
+                reason: "no runtime".into(),
+            },
+            LockError::default_client_unreachable("k", "to there: refused; start it".into()),
+        ]
+    }
+
+    #[test]
+    fn every_error_is_in_exactly_one_class() {
+        for error in every_variant() {
+            let classes = [
+                error.is_busy(),
+                error.is_unavailable(),
+                error.is_lost(),
+                error.is_misconfigured(),
+                matches!(error, LockError::ShutDown { .. }),
+            ];
+            assert_eq!(
+                classes.iter().filter(|&&class| class).count(),
+                1,
+                "{error:?}: busy, unavailable, lost, misconfigured, shut down = {classes:?}"
+            );
+            let message = error.to_string();
+            assert!(!message.contains('\n'), "{message}");
+            assert!(std::error::Error::source(&error).is_none(), "{error:?}");
         }
-        assert_eq!(walked.matches("refused here").count(), 1, "{walked}");
+    }
+
+    #[test]
+    fn configuration_mistakes_are_not_unavailable() {
+        let errors = every_variant();
+        let misconfigured: Vec<_> = errors
+            .iter()
+            .filter(|error| error.is_misconfigured())
+            .map(|error| {
+                format!("{error:?}")
+                    .split([' ', '{'])
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(
+            misconfigured,
+            [
+                "Connect",
+                "NotRedis",
+                "Auth",
+                "Tls",
+                "InvalidKey",
+                "InvalidOptions",
+                "NotALock",
+                "PermitsMismatch",
+                "WouldDeadlock",
+                "NoDefaultClient"
+            ]
+        );
     }
 }

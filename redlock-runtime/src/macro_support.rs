@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::client::LockClient;
-use crate::config::ClientConfig;
-use crate::error::LockError;
+use crate::config::{ClientConfig, DEFAULT_URL, redact};
+use crate::error::{Cause, LockError, Rounded};
 use crate::state::LockState;
 
 tokio::task_local! {
@@ -137,36 +137,90 @@ pub async fn default_client() -> Result<LockClient, LockError> {
 /// it (each makes its own error, naming its own key).
 #[derive(Clone)]
 enum NoClient {
-    /// Redis cannot be reached (`is_unavailable`): the URL and the cause.
+    /// Redis cannot be reached (`is_unavailable`): where and why, as
+    /// [`unreachable_detail`] writes it.
     Unreachable(String),
-    /// Anything else (credentials, TLS, a feature missing): why.
+    /// A mistake in the configuration (`is_misconfigured`): a `REDLOCK_URL` that cannot
+    /// be used, refused credentials, TLS, a port that does not speak Redis. Why, and
+    /// what to do.
     Refused(String),
 }
 
 impl NoClient {
+    /// How `error`, from connecting the default client to `redlock_url` (`None`: not
+    /// set), is told to every call that shared the attempt.
+    fn from_error(redlock_url: Option<&str>, error: &LockError) -> Self {
+        if error.is_unavailable() {
+            let cause = match error.redis_error() {
+                Some(source) => Cause(source).to_string(),
+                None => error.to_string(),
+            };
+            NoClient::Unreachable(unreachable_detail(redlock_url, &cause))
+        } else {
+            NoClient::Refused(refused_reason(redlock_url, error))
+        }
+    }
+
     fn error(&self, key: &str) -> LockError {
         match self {
-            NoClient::Unreachable(detail) => unreachable(key, detail.clone()),
+            NoClient::Unreachable(detail) => {
+                LockError::default_client_unreachable(key, detail.clone())
+            }
             NoClient::Refused(reason) => LockError::NoDefaultClient {
                 key: key.to_owned(),
-                reason: format!(
-                    "set_default_client was not called and REDLOCK_URL failed: {reason}"
-                ),
+                reason: reason.clone(),
             },
         }
     }
 }
 
-/// Redis is down, not misconfigured: said so (`is_unavailable`), naming the key.
-fn unreachable(key: &str, detail: String) -> LockError {
-    LockError::Redis {
-        key: key.to_owned(),
-        source: redis::RedisError::from((
-            redis::ErrorKind::Io,
-            "the default client (REDLOCK_URL) cannot connect",
-            detail,
-        )),
+/// What the default client connects to, as messages name it: `REDLOCK_URL=<url>`
+/// (passwords hidden), or the default URL and that `REDLOCK_URL` is not set.
+fn where_from(redlock_url: Option<&str>) -> String {
+    match redlock_url {
+        Some(url) => format!("REDLOCK_URL={}", redact(url.trim())),
+        None => format!("{DEFAULT_URL} (REDLOCK_URL is not set; this is its default)"),
     }
+}
+
+/// The rest of `the default client cannot connect …` (see
+/// `LockError::default_client_unreachable`): where, why (`cause`), and the fixes.
+fn unreachable_detail(redlock_url: Option<&str>, cause: &str) -> String {
+    let set = if redlock_url.is_some() {
+        "correct REDLOCK_URL"
+    } else {
+        "set REDLOCK_URL"
+    };
+    format!(
+        "to {}: {cause}; start Redis there, {set}, or call \
+         redlock_runtime::set_default_client at startup",
+        where_from(redlock_url)
+    )
+}
+
+/// The reason of `NoDefaultClient` when connecting to `redlock_url` failed with a
+/// configuration mistake (`error`, whose message says which and how to fix it).
+fn refused_reason(redlock_url: Option<&str>, error: &LockError) -> String {
+    let why = match error {
+        // The spec itself: its message would name the URL a second time.
+        LockError::Connect { source, .. }
+            if source.kind() == redis::ErrorKind::InvalidClientConfig =>
+        {
+            Cause(source).to_string()
+        }
+        error => error.to_string(),
+    };
+    format!(
+        "set_default_client was not called, and {} cannot be used: {why}; correct \
+         REDLOCK_URL, or call redlock_runtime::set_default_client at startup",
+        where_from(redlock_url)
+    )
+}
+
+/// Redis is down, not misconfigured: said so (`is_unavailable`), naming the key.
+fn unreachable(key: &str, cause: &str) -> LockError {
+    let redlock_url = std::env::var("REDLOCK_URL").ok();
+    LockError::default_client_unreachable(key, unreachable_detail(redlock_url.as_deref(), cause))
 }
 
 /// One connection attempt of the default client: `None` until it ends.
@@ -209,9 +263,10 @@ async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockCli
             if tokio::time::timeout(bound, ended).await.is_err() {
                 return Err(unreachable(
                     key,
-                    format!(
-                        "still connecting after {bound:?} (the call's wait plus the response \
-                         timeout)"
+                    &format!(
+                        "still connecting after {} (the call's wait plus the response \
+                         timeout)",
+                        Rounded(bound)
                     ),
                 ));
             }
@@ -224,7 +279,7 @@ async fn default_client_for(key: &str, wait: Option<Duration>) -> Result<LockCli
         Some(Err(failure)) => Err(failure.error(key)),
         None => Err(unreachable(
             key,
-            "the connection attempt ended without an outcome (its runtime shut down)".to_owned(),
+            "the connection attempt ended without an outcome (its runtime shut down)",
         )),
     }
 }
@@ -247,10 +302,10 @@ fn join_or_start_attempt() -> Attempt {
     *slot = Some(attempt.clone());
     let ours = attempt.clone();
     tokio::spawn(async move {
-        let outcome = LockClient::from_env().await.map_err(|error| match error {
-            LockError::Connect { url, source } => NoClient::Unreachable(format!("{url}: {source}")),
-            error => NoClient::Refused(error.to_string()),
-        });
+        let redlock_url = std::env::var("REDLOCK_URL").ok();
+        let outcome = LockClient::from_env()
+            .await
+            .map_err(|error| NoClient::from_error(redlock_url.as_deref(), &error));
         if let Ok(client) = &outcome {
             // Before the waiters hear of it: a call that comes after finds it set.
             set_default_client(client.clone());
@@ -581,7 +636,68 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{LockMode, Reentry, reentry};
+    use super::{LockMode, NoClient, Reentry, reentry};
+    use crate::error::LockError;
+
+    /// The default client's failures, told without connecting (never to 6379).
+    #[test]
+    fn the_default_client_says_where_it_connects_why_it_cannot_and_what_to_do() {
+        let refused = |redlock_url: Option<&str>| {
+            let error = LockError::connect(
+                redlock_url.unwrap_or(crate::DEFAULT_URL),
+                redis::RedisError::from(std::io::Error::from_raw_os_error(111)),
+            );
+            NoClient::from_error(redlock_url, &error).error("order:1")
+        };
+        let unset = refused(None);
+        assert!(
+            unset.is_unavailable() && !unset.is_misconfigured(),
+            "{unset:?}"
+        );
+        assert_eq!(
+            unset.to_string(),
+            "lock `order:1`: the default client cannot connect to redis://127.0.0.1:6379/ \
+             (REDLOCK_URL is not set; this is its default): Connection refused (os error 111); \
+             start Redis there, set REDLOCK_URL, or call redlock_runtime::set_default_client at \
+             startup"
+        );
+        let set = refused(Some("redis://:s3cret@127.0.0.1:7777/"));
+        assert!(set.is_unavailable(), "{set:?}");
+        assert_eq!(
+            set.to_string(),
+            "lock `order:1`: the default client cannot connect to \
+             REDLOCK_URL=redis://***@127.0.0.1:7777/: Connection refused (os error 111); start \
+             Redis there, correct REDLOCK_URL, or call redlock_runtime::set_default_client at \
+             startup"
+        );
+
+        // Refused credentials with REDLOCK_URL unset: a mistake, not an outage.
+        let wrong = LockError::connect(
+            crate::DEFAULT_URL,
+            redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "WRONGPASS",
+                "invalid username-password pair".to_owned(),
+            )),
+        );
+        let error = NoClient::from_error(None, &wrong).error("order:1");
+        assert!(
+            matches!(error, LockError::NoDefaultClient { .. }),
+            "{error:?}"
+        );
+        assert!(error.is_misconfigured() && !error.is_unavailable());
+        let message = error.to_string();
+        assert!(!message.contains('\n'), "{message}");
+        for needle in [
+            "order:1",
+            "REDLOCK_URL is not set",
+            "refused the credentials",
+            "invalid username-password pair",
+            "set_default_client",
+        ] {
+            assert!(message.contains(needle), "{needle:?} missing: {message}");
+        }
+    }
 
     #[test]
     fn a_nested_call_reenters_unless_it_would_wait_for_itself() {

@@ -318,15 +318,27 @@
 // (A blank line first: a link's definition cannot continue a paragraph.)
 #![doc = ""]
 #![cfg_attr(feature = "cluster", doc = "[cluster-fn]: LockClient::cluster")]
-#![cfg_attr(feature = "cluster", doc = "[cluster-builder]: LockClientBuilder::cluster")]
+#![cfg_attr(
+    feature = "cluster",
+    doc = "[cluster-builder]: LockClientBuilder::cluster"
+)]
 #![cfg_attr(not(feature = "cluster"), doc = "[cluster-fn]: #cargo-features")]
 #![cfg_attr(not(feature = "cluster"), doc = "[cluster-builder]: #cargo-features")]
 #![cfg_attr(feature = "sentinel", doc = "[sentinel-fn]: LockClient::sentinel")]
-#![cfg_attr(feature = "sentinel", doc = "[sentinel-builder]: LockClientBuilder::sentinel")]
+#![cfg_attr(
+    feature = "sentinel",
+    doc = "[sentinel-builder]: LockClientBuilder::sentinel"
+)]
 #![cfg_attr(not(feature = "sentinel"), doc = "[sentinel-fn]: #cargo-features")]
 #![cfg_attr(not(feature = "sentinel"), doc = "[sentinel-builder]: #cargo-features")]
-#![cfg_attr(feature = "test-util", doc = "[test-util-server]: test_util::RedisServer")]
-#![cfg_attr(not(feature = "test-util"), doc = "[test-util-server]: #cargo-features")]
+#![cfg_attr(
+    feature = "test-util",
+    doc = "[test-util-server]: test_util::RedisServer"
+)]
+#![cfg_attr(
+    not(feature = "test-util"),
+    doc = "[test-util-server]: #cargo-features"
+)]
 
 mod acquire;
 mod cleanup;

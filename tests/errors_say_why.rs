@@ -331,8 +331,30 @@ fn refused_credentials_on_the_default_client_are_misconfigured() {
             "WRONGPASS",
             "check the user and password",
             "set_default_client",
+            // The server is named once, by the refusal, not again by the spec.
+            "and REDLOCK_URL cannot be used: Redis at redis://***@127.0.0.1:",
         ],
     );
+}
+
+#[tokio::test]
+async fn an_error_reply_a_retry_gets_again_is_misconfigured_not_unavailable() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut data = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // The application keeps a string where the fenced resource (a hash) should be.
+    assert_eq!(server.cli(&["SET", "job-state:7", "done"]), "OK");
+    let guard = client.lock("job:7").acquire().await.unwrap();
+    let error = redlock_runtime::FencedKey::new("job-state:7")
+        .write(&mut data, guard.fencing_token(), &[("state", "done")])
+        .await
+        .unwrap_err();
+    assert_says(&error, "misconfigured", "job-state:7", &["WRONGTYPE"]);
+    guard.release().await.unwrap();
 }
 
 #[test]
@@ -343,8 +365,7 @@ fn a_tls_failure_on_the_default_client_is_misconfigured() {
         &url,
         "misconfigured",
         &[
-            &format!("REDLOCK_URL={url}"),
-            "TLS with Redis at",
+            &format!("REDLOCK_URL cannot be used: TLS with Redis at {url} failed"),
             "corrupt message",
             "tls_root_certificate",
         ],
@@ -358,7 +379,7 @@ fn a_default_client_at_an_http_port_is_misconfigured() {
         &url,
         "misconfigured",
         &[
-            &format!("REDLOCK_URL={url}"),
+            &format!("REDLOCK_URL cannot be used: cannot connect to Redis at {url}: "),
             "does not speak the Redis protocol (an HTTP server? check the port)",
             "correct REDLOCK_URL",
         ],

@@ -22,9 +22,9 @@ use std::time::Duration;
 /// | Variant | Class | What to do |
 /// |---|---|---|
 /// | [`Timeout`](LockError::Timeout) | busy ([`is_busy`](LockError::is_busy)) | Someone else holds the lock: skip this run, or wait longer |
-/// | [`Redis`](LockError::Redis), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated), [`Connect`](LockError::Connect) (server unreachable) | unavailable ([`is_unavailable`](LockError::is_unavailable)) | Retry later; alert if it lasts |
+/// | [`Redis`](LockError::Redis) (but the replies below), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated), [`Connect`](LockError::Connect) (server unreachable) | unavailable ([`is_unavailable`](LockError::is_unavailable)) | Retry later; alert if it lasts |
 /// | [`Lost`](LockError::Lost) | lost ([`is_lost`](LockError::is_lost)) | The work done under the lock may overlap another owner's: rely on the fencing token, use a longer lease or the watchdog |
-/// | [`InvalidKey`](LockError::InvalidKey), [`InvalidOptions`](LockError::InvalidOptions), [`Connect`](LockError::Connect) (unusable URL), [`NotRedis`](LockError::NotRedis), [`Auth`](LockError::Auth), [`Tls`](LockError::Tls), [`NoDefaultClient`](LockError::NoDefaultClient), [`PermitsMismatch`](LockError::PermitsMismatch), [`WouldDeadlock`](LockError::WouldDeadlock), [`NotALock`](LockError::NotALock) | misconfigured ([`is_misconfigured`](LockError::is_misconfigured)) | A person fixes the configuration or the code; retrying does not help |
+/// | [`InvalidKey`](LockError::InvalidKey), [`InvalidOptions`](LockError::InvalidOptions), [`Connect`](LockError::Connect) (unusable URL), [`Redis`](LockError::Redis) replying `WRONGTYPE`, `NOPERM` or an unknown command, [`NotRedis`](LockError::NotRedis), [`Auth`](LockError::Auth), [`Tls`](LockError::Tls), [`NoDefaultClient`](LockError::NoDefaultClient), [`PermitsMismatch`](LockError::PermitsMismatch), [`WouldDeadlock`](LockError::WouldDeadlock), [`NotALock`](LockError::NotALock) | misconfigured ([`is_misconfigured`](LockError::is_misconfigured)) | A person fixes the configuration or the code; retrying does not help |
 /// | [`ShutDown`](LockError::ShutDown) | shut down | The program is ending: stop taking work |
 //
 // Display and Error are written out rather than derived with thiserror: the cause is
@@ -201,11 +201,9 @@ impl fmt::Display for LockError {
                 Preview(key)
             ),
             LockError::Redis { key, source } => match default_client_detail(source) {
-                Some(detail) => write!(
-                    f,
-                    "lock `{}`: {DEFAULT_CLIENT_CANNOT_CONNECT} {detail}",
-                    Preview(key)
-                ),
+                Some(detail) => {
+                    write!(f, "{}{DEFAULT_CLIENT_CANNOT_CONNECT} {detail}", ForKey(key))
+                }
                 None => write!(
                     f,
                     "lock `{}`: Redis failed: {}",
@@ -301,8 +299,8 @@ impl fmt::Display for LockError {
             LockError::NoDefaultClient { key, reason } => {
                 write!(
                     f,
-                    "lock `{}`: no default lock client: {}",
-                    Preview(key),
+                    "{}no default lock client: {}",
+                    ForKey(key),
                     OneLine(reason, usize::MAX)
                 )
             }
@@ -401,6 +399,20 @@ impl fmt::Display for Rounded {
     }
 }
 
+/// An error reply that the same request will get again, whenever it is retried: the
+/// key holds another type (`WRONGTYPE`, e.g. a `FencedKey` over a string), the ACL user
+/// may not run the command (`NOPERM`), or the server does not know it (`ERR unknown
+/// command`: a Redis older than the commands redlock uses). A person must act.
+fn is_refused_for_good(source: &redis::RedisError) -> bool {
+    match source.code() {
+        Some("WRONGTYPE" | "NOPERM") => true,
+        Some("ERR") => source
+            .detail()
+            .is_some_and(|detail| detail.starts_with("unknown command")),
+        _ => false,
+    }
+}
+
 /// What `PermitsMismatch` says: both kinds, in words.
 struct SharesMessage(u32, u32);
 
@@ -489,17 +501,17 @@ impl LockError {
     /// few RedLock masters or replicas answering, or a default client that could not
     /// connect. Worth retrying later; not a mistake in the call. Mistakes in the
     /// configuration are not (see [`LockError::is_misconfigured`]): a URL that does not
-    /// parse or needs a cargo feature, a port where no Redis answers
-    /// ([`LockError::NotRedis`]), refused credentials ([`LockError::Auth`]), a failed
-    /// TLS handshake ([`LockError::Tls`]), [`LockError::NoDefaultClient`].
+    /// parse or needs a cargo feature, a port where another kind of server (HTTP, say)
+    /// answers ([`LockError::NotRedis`]), refused credentials ([`LockError::Auth`]), a
+    /// failed TLS handshake ([`LockError::Tls`]), [`LockError::NoDefaultClient`], and
+    /// the error replies a retry gets again (`WRONGTYPE`, `NOPERM`, an unknown command).
     pub fn is_unavailable(&self) -> bool {
         match self {
             LockError::Connect { source, .. } => {
                 source.kind() != redis::ErrorKind::InvalidClientConfig
             }
-            LockError::Redis { .. }
-            | LockError::NoQuorum { .. }
-            | LockError::NotReplicated { .. } => true,
+            LockError::Redis { source, .. } => !is_refused_for_good(source),
+            LockError::NoQuorum { .. } | LockError::NotReplicated { .. } => true,
             _ => false,
         }
     }
@@ -523,6 +535,7 @@ impl LockError {
             LockError::Connect { source, .. } => {
                 source.kind() == redis::ErrorKind::InvalidClientConfig
             }
+            LockError::Redis { source, .. } => is_refused_for_good(source),
             LockError::InvalidKey { .. }
             | LockError::InvalidOptions { .. }
             | LockError::NotRedis { .. }
@@ -539,7 +552,9 @@ impl LockError {
     /// The error redis-rs reported, for the variants that carry one ([`LockError::Redis`],
     /// [`LockError::Connect`], [`LockError::NotRedis`], [`LockError::Auth`],
     /// [`LockError::Tls`]): its kind, its server error code. Its text is already in the
-    /// message.
+    /// message. One exception: when the default client cannot connect, every call that
+    /// shared its one attempt gets an `Io` error whose detail is the message's tail
+    /// (where, why, what to do), not the connection's own error.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
             LockError::Redis { source, .. }
@@ -671,6 +686,19 @@ impl fmt::Display for InvalidOptionsMessage<'_> {
 /// Shows a key in a message: escaped (newlines and NULs stay visible) and cut after
 /// 80 characters so that a 1 MiB key does not flood a log line.
 struct Preview<'a>(&'a str);
+
+/// `lock `key`: ` before a message about the default client, or nothing when no call
+/// asked for it (`default_client()`, which has no key).
+struct ForKey<'a>(&'a str);
+
+impl fmt::Display for ForKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            "" => Ok(()),
+            key => write!(f, "lock `{}`: ", Preview(key)),
+        }
+    }
+}
 
 impl fmt::Display for Preview<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -837,6 +865,26 @@ mod tests {
             },
             LockError::default_client_unreachable("k", "to there: refused; start it".into()),
         ]
+    }
+
+    #[test]
+    fn a_default_client_error_without_a_key_names_none() {
+        let error = LockError::NoDefaultClient {
+            key: String::new(),
+            reason: "REDLOCK_URL=x cannot be used".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "no default lock client: REDLOCK_URL=x cannot be used"
+        );
+        let error = LockError::NoDefaultClient {
+            key: "order:1".into(),
+            reason: "why".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "lock `order:1`: no default lock client: why"
+        );
     }
 
     #[test]

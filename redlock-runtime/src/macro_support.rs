@@ -208,7 +208,17 @@ fn refused_reason(redlock_url: Option<&str>, error: &LockError) -> String {
         {
             Cause(source).to_string()
         }
-        error => error.to_string(),
+        // The others (credentials, TLS, not Redis) name the server themselves.
+        error => {
+            let from = match redlock_url {
+                Some(_) => "REDLOCK_URL",
+                None => "the default URL (REDLOCK_URL is not set)",
+            };
+            return format!(
+                "set_default_client was not called, and {from} cannot be used: {error}; \
+                 correct REDLOCK_URL, or call redlock_runtime::set_default_client at startup"
+            );
+        }
     };
     format!(
         "set_default_client was not called, and {} cannot be used: {why}; correct \

@@ -58,8 +58,22 @@ struct Channel {
     /// registered it may be granted before it listens (its client's subscription was
     /// live already), and finds its grant here when it does (see `UNCLAIMED_FOR`).
     unclaimed: Option<(Vec<u8>, Instant)>,
-    /// What the last message said and when it came, for the listener the wake-up reaches.
-    news: Arc<Mutex<Option<(Release, Instant)>>>,
+    /// What the messages said, for the listeners.
+    news: Arc<Mutex<Mailbox>>,
+    /// Wakes every listener to look for a grant of its own in the mailbox.
+    granted: Arc<Notify>,
+}
+
+/// What a channel's messages said, waiting to be read by its listeners.
+#[derive(Default)]
+struct Mailbox {
+    /// The last message for whichever listener the wake-up reaches, and when it came.
+    last: Option<(Release, Instant)>,
+    /// Grants not read yet, each with the waitlist member it names: only that waiter
+    /// may read it. Read by another waiter of the client (the next in line once the
+    /// granted one gave up, say), it would hold a lock made for someone else, whose
+    /// leaving has passed it on.
+    grants: Vec<(String, Release)>,
 }
 
 /// What a release message says to this client's waiter.
@@ -110,15 +124,12 @@ impl Release {
     /// that is gone is no news for the others: the waiter's leaving passes it on.
     fn grant(text: &[u8], ours: &[String]) -> Self {
         let mut words = text.split(|&byte| byte == b' ');
-        let (Some(id), Some(token), Some(after), Some(lasts)) =
+        let (Some(_), Some(token), Some(after), Some(lasts)) =
             (words.next(), words.next(), words.next(), words.next())
         else {
             return Release::Taken(None);
         };
-        let is_ours = ours.iter().any(|member| {
-            let member = member.as_bytes();
-            member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
-        });
+        let is_ours = granted_member(text, ours).is_some();
         let token = std::str::from_utf8(token).ok().and_then(|t| t.parse().ok());
         match (is_ours, token, millis(after), millis(lasts)) {
             (true, Some(fencing_token), Some(after), Some(lasts)) => Release::Granted {
@@ -138,6 +149,15 @@ impl Release {
             _ => later,
         }
     }
+}
+
+/// The member of `ours` that a grant (`<id> <token> …`, after the `G `) names, if any.
+fn granted_member<'a>(grant: &[u8], ours: &'a [String]) -> Option<&'a String> {
+    let id = grant.split(|&byte| byte == b' ').next()?;
+    ours.iter().find(|member| {
+        let member = member.as_bytes();
+        member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
+    })
 }
 
 /// A duration in ms, as the scripts write it.
@@ -239,7 +259,8 @@ impl ReleaseNotifications {
                     idle_since: None,
                     waiter_ids: Vec::new(),
                     unclaimed: None,
-                    news: Arc::new(Mutex::new(None)),
+                    news: Arc::new(Mutex::new(Mailbox::default())),
+                    granted: Arc::new(Notify::new()),
                 });
             entry.listeners += 1;
             entry.idle_since = None;
@@ -249,14 +270,18 @@ impl ReleaseNotifications {
                 if let Some((payload, at)) = entry.unclaimed.take() {
                     let news = Release::parse(&payload, std::slice::from_ref(id));
                     if matches!(news, Release::Granted { .. }) && at.elapsed() < UNCLAIMED_FOR {
-                        entry.post(news);
+                        entry.grant(id.clone(), news);
                     } else {
                         entry.unclaimed = Some((payload, at));
                     }
                 }
             }
             let live = entry.confirmed_at.is_some_and(|at| at <= since);
-            (entry.wake.clone(), entry.news.clone(), live)
+            (
+                (entry.wake.clone(), entry.granted.clone()),
+                entry.news.clone(),
+                live,
+            )
         };
         let (confirm, confirmed) = oneshot::channel();
         let _ = self
@@ -267,7 +292,8 @@ impl ReleaseNotifications {
             channel,
             waiter_id,
             since,
-            wake,
+            wake: wake.0,
+            granted: wake.1,
             news,
         };
         let confirmed = async move {
@@ -294,10 +320,21 @@ impl ReleaseNotifications {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get_mut(channel) {
             let news = Release::parse(payload, &entry.waiter_ids);
-            if payload.starts_with(b"G ") && !matches!(news, Release::Granted { .. }) {
-                entry.unclaimed = Some((payload.to_vec(), Instant::now()));
+            let member = payload
+                .strip_prefix(b"G ")
+                .and_then(|grant| granted_member(grant, &entry.waiter_ids));
+            match member {
+                Some(member) if matches!(news, Release::Granted { .. }) => {
+                    let member = member.clone();
+                    entry.grant(member, news);
+                }
+                _ => {
+                    if payload.starts_with(b"G ") {
+                        entry.unclaimed = Some((payload.to_vec(), Instant::now()));
+                    }
+                    entry.post(news);
+                }
             }
-            entry.post(news);
         }
     }
 
@@ -365,13 +402,24 @@ impl ReleaseNotifications {
 
 impl Channel {
     fn post(&self, news: Release) {
-        let mut slot = self.news.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = Some((
-            Release::merge(slot.map(|(earlier, _)| earlier), news),
+        let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
+        mailbox.last = Some((
+            Release::merge(mailbox.last.map(|(earlier, _)| earlier), news),
             Instant::now(),
         ));
-        drop(slot);
+        drop(mailbox);
         self.wake.notify_one();
+    }
+
+    /// A grant for the waiter registered as `member`: kept for it alone, and every
+    /// listener woken to look (the one it is for may not be the one a `notify_one`
+    /// would reach).
+    fn grant(&self, member: String, grant: Release) {
+        let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
+        mailbox.grants.retain(|(ours, _)| *ours != member);
+        mailbox.grants.push((member, grant));
+        drop(mailbox);
+        self.granted.notify_waiters();
     }
 }
 
@@ -382,7 +430,8 @@ pub(crate) struct Listener {
     waiter_id: Option<String>,
     since: Instant,
     wake: Arc<Notify>,
-    news: Arc<Mutex<Option<(Release, Instant)>>>,
+    granted: Arc<Notify>,
+    news: Arc<Mutex<Mailbox>>,
 }
 
 impl Listener {
@@ -390,14 +439,37 @@ impl Listener {
     /// call) with what it said. Messages from before `since` are stale: skipped.
     pub(crate) async fn released(&self) -> Release {
         loop {
-            self.wake.notified().await;
-            let news = self.news.lock().unwrap_or_else(|e| e.into_inner()).take();
-            match news {
-                Some((_, at)) if at < self.since => continue,
-                Some((news, _)) => return news,
-                None => return Release::Free,
+            // Registered before looking, so that a grant posted in between still wakes it.
+            let granted = self.granted.notified();
+            tokio::pin!(granted);
+            granted.as_mut().enable();
+            if let Some(grant) = self.own_grant() {
+                return grant;
+            }
+            tokio::select! {
+                // A grant for some waiter of the client: ours, if any, is read above.
+                _ = &mut granted => continue,
+                _ = self.wake.notified() => {
+                    if let Some(grant) = self.own_grant() {
+                        return grant;
+                    }
+                    let news = self.news.lock().unwrap_or_else(|e| e.into_inner()).last.take();
+                    match news {
+                        Some((_, at)) if at < self.since => continue,
+                        Some((news, _)) => return news,
+                        None => return Release::Free,
+                    }
+                }
             }
         }
+    }
+
+    /// The grant made to this listener's waiter, if one came: read once.
+    fn own_grant(&self) -> Option<Release> {
+        let member = self.waiter_id.as_ref()?;
+        let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
+        let at = mailbox.grants.iter().position(|(ours, _)| ours == member)?;
+        Some(mailbox.grants.swap_remove(at).1)
     }
 }
 
@@ -413,6 +485,9 @@ impl Drop for Listener {
             entry.listeners -= 1;
             if let Some(id) = &self.waiter_id {
                 entry.waiter_ids.retain(|ours| ours != id);
+                // Its unread grant goes with it: its leaving passes the grant on.
+                let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
+                mailbox.grants.retain(|(ours, _)| ours != id);
             }
             if entry.listeners == 0 {
                 // Stays subscribed for a while: see `LINGER`.
@@ -504,6 +579,66 @@ async fn run_subscriptions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Notifications with no connection behind them: what `tell` is given is what
+    /// arrived.
+    fn unconnected() -> Arc<ReleaseNotifications> {
+        Arc::new(ReleaseNotifications {
+            channels: Mutex::new(HashMap::new()),
+            requests: mpsc::unbounded_channel().0,
+        })
+    }
+
+    const SOON: Duration = Duration::from_millis(50);
+
+    #[tokio::test]
+    async fn a_grant_is_read_only_by_the_waiter_it_names() {
+        let notifications = unconnected();
+        let since = Instant::now();
+        let channel = "redlock:granted:c:k".to_owned();
+        let (first, _, _) =
+            notifications.listen(channel.clone(), Some("a:1 5000 web".into()), since);
+        let (next, _, _) =
+            notifications.listen(channel.clone(), Some("b:2 5000 web".into()), since);
+        // The next waiter in line listens first; the grant names the first one.
+        let next_hears = tokio::spawn(async move {
+            let news = tokio::time::timeout(SOON, next.released()).await;
+            (next, news)
+        });
+        tokio::task::yield_now().await;
+        notifications.tell(channel.as_bytes(), b"G a:1 17 5 100");
+        let (next, news) = next_hears.await.unwrap();
+        assert!(
+            !matches!(news, Ok(Release::Granted { .. })),
+            "the next waiter read the first one's grant: {news:?}"
+        );
+        assert!(matches!(
+            tokio::time::timeout(SOON, first.released()).await,
+            Ok(Release::Granted {
+                fencing_token: 17,
+                ..
+            })
+        ));
+
+        // A grant whose waiter gave up before reading it goes with it.
+        let (gone, _, _) =
+            notifications.listen(channel.clone(), Some("c:3 5000 web".into()), since);
+        notifications.tell(channel.as_bytes(), b"G c:3 18 5 100");
+        drop(gone);
+        let news = tokio::time::timeout(SOON, next.released()).await;
+        assert!(
+            !matches!(news, Ok(Release::Granted { .. })),
+            "a grant outlived the waiter it named: {news:?}"
+        );
+        assert!(
+            notifications.channels.lock().unwrap()[channel.as_bytes()]
+                .news
+                .lock()
+                .unwrap()
+                .grants
+                .is_empty()
+        );
+    }
 
     #[test]
     fn release_messages_say_who_may_try_and_until_when() {

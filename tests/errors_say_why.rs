@@ -69,17 +69,34 @@ fn assert_says(error: &LockError, expected_class: &str, key: &str, needles: &[&s
 /// server (a `400 Bad Request`), as a web service on the port `REDLOCK_URL` names
 /// would. It lives as long as the test process.
 fn http_server() -> u16 {
+    answering_server(
+        b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\
+          Content-Length: 11\r\nConnection: close\r\n\r\nBad Request",
+    )
+}
+
+/// A loopback server on a free port that answers `reply` to whatever a connection
+/// sends first. It lives as long as the test process.
+fn answering_server(reply: &'static [u8]) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     let port = listener.local_addr().expect("its address").port();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-            let _ = stream.read(&mut [0; 1024]);
-            let _ = stream.write_all(
-                b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\
-                  Content-Length: 11\r\nConnection: close\r\n\r\nBad Request",
-            );
+            // Like a server, it answers every command (a RESP array: `*N` at a line's
+            // start) until the client hangs up; an HTTP client's request gets one answer.
+            let mut buffer = [0; 4096];
+            while let Ok(n @ 1..) = stream.read(&mut buffer) {
+                let commands = buffer[..n]
+                    .split(|&byte| byte == b'\n')
+                    .filter(|line| line.starts_with(b"*"))
+                    .count()
+                    .max(1);
+                for _ in 0..commands {
+                    let _ = stream.write_all(reply);
+                }
+            }
         }
     });
     port
@@ -98,6 +115,27 @@ async fn an_explicit_client_that_cannot_connect_says_refused_and_is_unavailable(
         "unavailable",
         "",
         &[&url, "refused", "check that Redis runs at that address"],
+    );
+}
+
+#[tokio::test]
+async fn a_redis_older_than_6_is_misconfigured_and_says_which_version_is_needed() {
+    // What Redis 5 answers to the RESP3 handshake.
+    let url = format!(
+        "redis://127.0.0.1:{}/",
+        answering_server(b"-ERR unknown command `HELLO`, with args beginning with: `3`, \r\n")
+    );
+    let error = LockClient::connect(&url).await.expect_err("too old");
+    assert!(matches!(error, LockError::NotRedis { .. }), "{error:?}");
+    assert_says(
+        &error,
+        "misconfigured",
+        "",
+        &[
+            &format!("cannot connect to Redis at {url}: the server there is older than Redis 6"),
+            "redlock needs Redis 6 or newer",
+            "doesn't support HELLO",
+        ],
     );
 }
 

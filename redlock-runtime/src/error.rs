@@ -85,7 +85,8 @@ pub enum LockError {
     },
 
     /// A server answers at `url`, but not in the Redis protocol (an HTTP server, or
-    /// another service on that port): the URL names the wrong port.
+    /// another service on that port: the URL names the wrong port), or a Redis older
+    /// than 6, which does not know the RESP3 handshake.
     NotRedis {
         /// The server (password hidden).
         url: String,
@@ -219,6 +220,13 @@ impl fmt::Display for LockError {
             LockError::Connect { url, source } => write!(
                 f,
                 "cannot connect to Redis at {url}: {}; check that Redis runs at that address",
+                Cause(source)
+            ),
+            LockError::NotRedis { url, source } if is_too_old(source) => write!(
+                f,
+                "cannot connect to Redis at {url}: the server there is older than Redis 6 (it \
+                 does not know the RESP3 handshake): {}; redlock needs Redis 6 or newer (7 for \
+                 a Cluster)",
                 Cause(source)
             ),
             LockError::NotRedis { url, source } => write!(
@@ -413,6 +421,16 @@ fn is_refused_for_good(source: &redis::RedisError) -> bool {
     }
 }
 
+/// The RESP3 handshake refused as unknown (`ERR unknown command `HELLO``, which
+/// redis-rs turns into `RESP3NotSupported`): a Redis older than 6.
+fn is_too_old(source: &redis::RedisError) -> bool {
+    source.kind() == redis::ErrorKind::RESP3NotSupported
+        || (is_refused_for_good(source)
+            && source
+                .detail()
+                .is_some_and(|detail| detail.to_ascii_uppercase().contains("HELLO")))
+}
+
 /// What `PermitsMismatch` says: both kinds, in words.
 struct SharesMessage(u32, u32);
 
@@ -587,8 +605,9 @@ impl LockError {
             || has("received corrupt message")
         {
             LockError::Tls { url, source }
-        } else if source.kind() == redis::ErrorKind::Parse {
-            // The handshake's reply did not parse: something else answers on that port.
+        } else if source.kind() == redis::ErrorKind::Parse || is_too_old(&source) {
+            // The handshake's reply did not parse: something else answers on that port;
+            // or a Redis answers that predates the RESP3 handshake.
             LockError::NotRedis { url, source }
         } else {
             LockError::Connect { url, source }

@@ -1,0 +1,1 @@
+//! Scenario 5: a flapping link.

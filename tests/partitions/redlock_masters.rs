@@ -1,0 +1,1 @@
+//! Scenario 2: RedLock over five masters.

@@ -140,8 +140,17 @@ pub(crate) async fn sentinel(
     Ok(node)
 }
 
-/// A client for one server: over TLS with the configured private CA, if any.
+/// A client for one server: over TLS with the configured private CA, if any, and with
+/// [`unacknowledged_limit`] on its sockets.
 fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResult<redis::Client> {
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let info = {
+        let tcp = info
+            .tcp_settings()
+            .clone()
+            .set_user_timeout(unacknowledged_limit(config));
+        info.set_tcp_settings(tcp)
+    };
     #[cfg(feature = "tls")]
     if let (Some(pem), redis::ConnectionAddr::TcpTls { .. }) =
         (&config.tls_root_certificate, info.addr())
@@ -150,6 +159,25 @@ fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResul
     }
     let _ = config;
     redis::Client::open(info)
+}
+
+/// How long data sent to a server may stay unacknowledged before the kernel drops the
+/// connection (`TCP_USER_TIMEOUT`): twice the response timeout, at least a second.
+///
+/// A response timeout fails the command but leaves the connection as it is, and the
+/// redis crate reconnects only when a connection breaks. After a network partition,
+/// the commands that timed out during it (watchdog renewals, attempts) are still
+/// queued in the socket, retransmitted on TCP's backoff (doubling, up to two minutes
+/// apart): every command on that connection would time out for up to as long again
+/// after the network healed (a 3 s partition cost about 3 s more; nothing bounds it
+/// short of the kernel's 15-minute give-up). With this limit the kernel drops such a
+/// connection soon after the partition begins, and the next command reconnects.
+#[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+fn unacknowledged_limit(config: &ClientConfig) -> Duration {
+    config
+        .response_timeout
+        .saturating_mul(2)
+        .max(Duration::from_secs(1))
 }
 
 #[cfg(feature = "tls")]

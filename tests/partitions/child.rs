@@ -364,7 +364,7 @@ async fn release(guard: LockGuard, recorder: &Recorder, id: HoldId) -> Outcome {
         Ok(()) => Outcome::Released,
         Err(LockError::Lost { .. }) => Outcome::Lost,
         Err(error) => {
-            eprintln!("{id}: release failed: {error}");
+            eprintln!("{id}: release failed: {error:?}");
             Outcome::ReleaseFailed
         }
     };

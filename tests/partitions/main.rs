@@ -10,7 +10,9 @@
 //!   watchdog);
 //! - [`flapping`]: one client's link down and up every 100 ms during a contended run;
 //! - [`redlock_masters`]: RedLock over five masters, split into a minority and a
-//!   majority, bridged, and moving.
+//!   majority, bridged, and moving;
+//! - [`sentinel_split`]: a Sentinel primary cut off with one client while a replica is
+//!   promoted, without and with replica confirmation.
 
 // The reliability suite's clock and checker, shared (this binary uses part of them).
 #[allow(dead_code)]
@@ -26,3 +28,4 @@ mod flapping;
 mod net;
 mod one_server;
 mod redlock_masters;
+mod sentinel_split;

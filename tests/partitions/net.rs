@@ -291,26 +291,40 @@ impl Net {
     /// Starts `redis-server` on host `name`, bound to its address (port 7000, inside
     /// its own namespace), with `extra` arguments; waits until it answers.
     pub fn redis_server(&self, name: &str, dir: &Path, extra: &[&str]) -> NetProcess {
-        let host = self.host(name);
+        let addr = self.host(name).addr.to_string();
+        let dir = dir.to_str().expect("a UTF-8 path");
+        let mut args = vec!["--bind", &addr, "--port", "7000", "--dir", dir];
+        args.extend_from_slice(&["--save", "", "--appendonly", "no"]);
+        args.extend_from_slice(&["--protected-mode", "no", "--loglevel", "warning"]);
+        args.extend_from_slice(extra);
         let binary = redlock_testkit::redis_server_binary().expect("redis-server");
+        self.spawn_answering(name, binary, &args)
+    }
+
+    /// Starts `program args` on host `name` (a redis-server or a sentinel listening
+    /// on its address, port 7000); waits until it answers `PING`.
+    pub fn spawn_answering(
+        &self,
+        name: &str,
+        program: impl AsRef<std::ffi::OsStr>,
+        args: &[&str],
+    ) -> NetProcess {
         let child = self
-            .command(name, binary)
-            .args(["--bind", &host.addr.to_string(), "--port", "7000"])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .args(["--loglevel", "warning"])
-            .arg("--dir")
-            .arg(dir)
-            .args(extra)
+            .command(name, program)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
-            .expect("spawn redis-server");
-        let process = NetProcess { child };
+            .expect("spawn a server");
+        let mut process = NetProcess { child };
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.cli(name, 7000, &["PING"]) != "PONG" {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                panic!("the server on {name} exited: {status}");
+            }
             assert!(
                 Instant::now() < deadline,
-                "redis-server on {name} did not answer"
+                "the server on {name} did not answer"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

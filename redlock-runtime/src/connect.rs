@@ -81,6 +81,14 @@ pub(crate) async fn cluster(
     let push_target = handler.clone();
     let builder = redis::cluster::ClusterClientBuilder::new(seeds);
     let builder = with_root_certificate(builder, config);
+    // As for one server (see `unacknowledged_limit`), and more: the cluster client
+    // retries a command that timed out on the same node and refreshes its slots only
+    // when a connection breaks, so without the limit it would not find the promoted
+    // replica while the old master is cut off (silent rather than gone).
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let builder = builder.tcp_settings(
+        redis::io::tcp::TcpSettings::default().set_user_timeout(unacknowledged_limit(config)),
+    );
     let cluster = builder
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(config.connect_timeout)

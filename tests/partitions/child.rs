@@ -308,7 +308,12 @@ async fn acquire(
         result: match &result {
             Ok(_) => AttemptResult::Acquired,
             Err(LockError::Timeout { .. }) => AttemptResult::Timeout,
-            Err(error) => AttemptResult::Error(variant(error)),
+            Err(error) => {
+                if std::env::var_os("REDLOCK_PARTITION_TRACE").is_some() {
+                    eprintln!("{id}: acquire failed after {:?}: {error:?}", clock::span(t_req, t_ret));
+                }
+                AttemptResult::Error(variant(error))
+            }
         },
     });
     let guard = result.ok()?;

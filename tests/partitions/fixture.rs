@@ -85,15 +85,20 @@ impl Fixture {
             .collect()
     }
 
-    /// Waits (up to `limit`) until `host`'s server holds no key but `allowed`; panics
-    /// listing what is left.
+    /// Waits (up to `limit`) until `host`'s server holds no key but `allowed` (an entry
+    /// ending in `*`: any key starting with the rest); panics listing what is left.
     pub fn assert_only_keys(&self, host: &str, allowed: &[&str], limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
             let left: Vec<String> = self
                 .keys(host)
                 .into_iter()
-                .filter(|key| !allowed.contains(&key.as_str()))
+                .filter(|key| {
+                    !allowed.iter().any(|allowed| match allowed.strip_suffix('*') {
+                        Some(prefix) => key.starts_with(prefix),
+                        None => key == allowed,
+                    })
+                })
                 .collect();
             if left.is_empty() {
                 return;

@@ -12,7 +12,9 @@
 //! - [`redlock_masters`]: RedLock over five masters, split into a minority and a
 //!   majority, bridged, and moving;
 //! - [`sentinel_split`]: a Sentinel primary cut off with one client while a replica is
-//!   promoted, without and with replica confirmation.
+//!   promoted, without and with replica confirmation;
+//! - [`cluster_split`]: a Cluster master cut off with one client while its replica is
+//!   promoted.
 
 // The reliability suite's clock and checker, shared (this binary uses part of them).
 #[allow(dead_code)]
@@ -23,6 +25,7 @@ mod clock;
 mod history;
 
 mod child;
+mod cluster_split;
 mod fixture;
 mod flapping;
 mod net;

@@ -8,9 +8,9 @@
 //! network does, and with iproute2 alone that is a policy rule in the router
 //! (`ip rule add from A to B blackhole`): forwarded packets matching it vanish, and both
 //! ends see only silence (a blackhole *route* on a host would fail its own sends at
-//! once, which no real partition does). Cutting a host off from everyone takes the
-//! router's end of its link down: the host keeps its address and its route, and its
-//! packets go nowhere.
+//! once, which no real partition does). Cuts are between pairs of hosts, so a client
+//! cut off from Redis may keep its link to the store (the database the lock
+//! protects): the dangerous case.
 //!
 //! Names start with `rlp<pid>-<counter>` so that parallel tests never collide; a
 //! network whose test process is gone (killed before its `Drop` ran) is removed by the
@@ -75,8 +75,6 @@ pub struct Net {
     hosts: Vec<Host>,
     /// Pairs of host indices (smaller first) cut from each other.
     cuts: Mutex<BTreeSet<(usize, usize)>>,
-    /// Hosts whose link is down.
-    down: Mutex<BTreeSet<usize>>,
 }
 
 impl Net {
@@ -97,7 +95,6 @@ impl Net {
             prefix,
             hosts: Vec::new(),
             cuts: Mutex::new(BTreeSet::new()),
-            down: Mutex::new(BTreeSet::new()),
         };
         // From here on, `Drop` removes whatever was made, should a step fail.
         net.ip(&["netns", "add", &net.router.clone()]);
@@ -231,38 +228,13 @@ impl Net {
         }
     }
 
-    /// Cuts host `name` off from everyone: the router's end of its link goes down.
-    pub fn isolate(&self, name: &str) {
-        let index = self.index(name);
-        if self.down.lock().unwrap().insert(index) {
-            let link = &self.hosts[index].link;
-            self.ip(&["-n", &self.router, "link", "set", link, "down"]);
-        }
-    }
-
-    /// Undoes [`Net::isolate`].
-    pub fn reconnect(&self, name: &str) {
-        let index = self.index(name);
-        if self.down.lock().unwrap().remove(&index) {
-            let link = &self.hosts[index].link;
-            self.ip(&["-n", &self.router, "link", "set", link, "up"]);
-        }
-    }
-
-    /// Heals every partition: all cuts mended, every link up.
+    /// Heals every partition: all cuts mended.
     pub fn heal(&self) {
         let cuts: Vec<_> = std::mem::take(&mut *self.cuts.lock().unwrap())
             .into_iter()
             .collect();
         for pair in cuts {
             self.rules("del", pair);
-        }
-        let down: Vec<_> = std::mem::take(&mut *self.down.lock().unwrap())
-            .into_iter()
-            .collect();
-        for index in down {
-            let link = &self.hosts[index].link;
-            self.ip(&["-n", &self.router, "link", "set", link, "up"]);
         }
     }
 

@@ -54,7 +54,7 @@ fn serves(fields: &[String], slot: u64) -> bool {
 }
 
 #[test]
-fn a_cluster_master_cut_off_with_a_client_is_recorded() {
+fn a_cluster_master_cut_off_with_a_client_fails_over_and_the_other_side_follows() {
     let mut hosts: Vec<&str> = NODES.to_vec();
     hosts.extend_from_slice(&["x", "y"]);
     let Some(mut fixture) = Fixture::new(&hosts) else {

@@ -34,7 +34,22 @@ fn holder_cut_off_while_holding(lease: Option<Duration>) {
     );
     spec.lease = lease;
     spec.watchdog_lease = Duration::from_millis(1500);
-    let a = spec.spawn(&fixture.net, "a");
+    cut_off_while_holding(&fixture, &spec, ("a", "b"), "redis", "one server");
+}
+
+/// Holder A (on host `a`) takes the key through `spec`, is cut off from host
+/// `server` (the Redis server holding the key) while holding; B (on host `b`) waits
+/// for it. Then A writes late, the network heals, A releases, B releases, and a probe
+/// takes the key once more.
+pub fn cut_off_while_holding(
+    fixture: &Fixture,
+    spec: &ClientSpec,
+    (a_host, b_host): (&str, &str),
+    server: &str,
+    what: &str,
+) {
+    let lease = spec.lease;
+    let a = spec.spawn(&fixture.net, a_host);
     let a_pid = a.child.id();
     fixture.wait_for_history("A to hold and write", Duration::from_secs(20), |history| {
         holds_of(history, a_pid)
@@ -42,9 +57,9 @@ fn holder_cut_off_while_holding(lease: Option<Duration>) {
             .is_some_and(|hold| !hold.writes.is_empty())
     });
 
-    fixture.net.cut("a", "redis");
+    fixture.net.cut(a_host, server);
     let cut_at = clock::now();
-    let b = spec.spawn(&fixture.net, "b");
+    let b = spec.spawn(&fixture.net, b_host);
     let b_pid = b.child.id();
     fixture.wait_for_history("B to hold and write", Duration::from_secs(20), |history| {
         holds_of(history, b_pid)
@@ -68,7 +83,9 @@ fn holder_cut_off_while_holding(lease: Option<Duration>) {
     // After healing, the key can be taken again.
     let mut probe = spec.clone();
     probe.role = Role::Taker;
-    probe.spawn(&fixture.net, "a").join("probe", Duration::from_secs(20));
+    probe
+        .spawn(&fixture.net, a_host)
+        .join("probe", Duration::from_secs(20));
 
     let history = fixture.history();
     let bounds = Bounds::default();
@@ -78,7 +95,7 @@ fn holder_cut_off_while_holding(lease: Option<Duration>) {
     let lease_ns = a_hold.lease.expect("the history records the lease");
     let lost_at = a_hold.lost_at.expect("A's guard said its lock was lost");
     eprintln!(
-        "one server, {}: {summary:?}; A's guard said lost {:?} after its acquisition \
+        "{what}, {}: {summary:?}; A's guard said lost {:?} after its acquisition \
          ({:?} after the cut), B acquired {:?} after A, {:?} after A's guard said lost",
         if lease.is_some() { "fixed lease" } else { "watchdog" },
         clock::span(a_hold.t_acq, lost_at),
@@ -116,7 +133,7 @@ fn holder_cut_off_while_holding(lease: Option<Duration>) {
     );
     assert!(b_hold.writes[1].accepted, "B's second write was refused");
     // Nothing but the fencing counter is left.
-    fixture.assert_only_keys("redis", &["redlock:fence"], Duration::from_secs(10));
+    fixture.assert_only_keys(server, &["redlock:fence"], Duration::from_secs(10));
 }
 
 #[test]

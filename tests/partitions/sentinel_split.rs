@@ -220,6 +220,21 @@ pub fn tally(results: &[AttemptResult]) -> std::collections::BTreeMap<String, us
     counts
 }
 
+/// Scenario 1 on a Sentinel primary: a holder cut off from the primary (not from the
+/// sentinels, so no failover) in watchdog mode; after healing, its release must reach
+/// the primary and say `Lost`.
+#[test]
+fn a_holder_cut_off_from_a_sentinel_primary_loses_it_and_its_release_after_healing_says_lost() {
+    let Some((fixture, mut spec)) = sentinel_setup(&[]) else {
+        return;
+    };
+    spec.role = Role::Holder;
+    spec.lease = None;
+    spec.watchdog_lease = Duration::from_millis(1500);
+    spec.wait = Duration::from_secs(5);
+    crate::one_server::cut_off_while_holding(&fixture, &spec, ("x", "y"), "p", "sentinel primary");
+}
+
 #[test]
 fn sentinel_split_brain_without_replica_confirmation_is_recorded() {
     let Some((fixture, spec)) = sentinel_setup(&[]) else {

@@ -390,7 +390,7 @@ impl Default for Bounds {
             wait_overshoot: Duration::from_secs(1),
             expiry_slack: Duration::from_millis(2),
             killed: HashSet::new(),
-            lost_slack: Duration::from_millis(250),
+            lost_slack: Duration::from_millis(500),
         }
     }
 }
@@ -438,8 +438,9 @@ pub fn assert_valid(history: &History, bounds: &Bounds) -> Summary {
 /// 3. No two holds overlap, unless the earlier one had lost its lease; then the later
 ///    one was acquired no earlier than the earlier's lease could have run out (and,
 ///    where the earlier holder watched its guard, not before that guard said lost,
-///    give or take `bounds.lost_slack`), has the larger token, and every write the stale holder made after the new holder's first
-///    accepted write was rejected by the store.
+///    give or take `bounds.lost_slack`), has the larger token, and every write the
+///    stale holder made after the new holder's first accepted write was rejected by
+///    the store.
 /// 4. The store rejected only writers that had lost their lock.
 /// 5. No `acquire` returned later than its `wait` plus `bounds.wait_overshoot`, and
 ///    every successful one left an acquisition record.

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
 use crate::connection::{Connection, slot_of};
-use crate::connection::{slot_is_moving, retrying_moves_and_reconnects};
+use crate::connection::{retrying_moves_and_reconnects, slot_is_moving};
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 

@@ -94,9 +94,7 @@ impl SentinelConnection {
             .any(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
         let mut client = match root_certificate {
             #[cfg(feature = "tls")]
-            Some(pem) if tls => {
-                with_certificates(&sentinels, service, &redis_settings, tcp, pem)?
-            }
+            Some(pem) if tls => with_certificates(&sentinels, service, &redis_settings, tcp, pem)?,
             _ => {
                 let mut node_info = SentinelNodeConnectionInfo::default()
                     .set_redis_connection_info(redis_settings.set_protocol(ProtocolVersion::RESP3))

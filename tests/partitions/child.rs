@@ -175,7 +175,10 @@ fn client_process() {
             if let Some((replicas, timeout)) = spec.confirm {
                 builder = builder.confirm_replicas(replicas, timeout);
             }
-            let client = builder.connect().await.expect("connect to the lock's Redis");
+            let client = builder
+                .connect()
+                .await
+                .expect("connect to the lock's Redis");
             let store = redis::Client::open(spec.store_url.as_str())
                 .expect("store url")
                 .get_multiplexed_async_connection()
@@ -259,7 +262,12 @@ async fn take_once(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("{} never acquired {} in {:?}", std::process::id(), spec.key, spec.run_for);
+    panic!(
+        "{} never acquired {} in {:?}",
+        std::process::id(),
+        spec.key,
+        spec.run_for
+    );
 }
 
 async fn contend(
@@ -310,7 +318,10 @@ async fn acquire(
             Err(LockError::Timeout { .. }) => AttemptResult::Timeout,
             Err(error) => {
                 if std::env::var_os("REDLOCK_PARTITION_TRACE").is_some() {
-                    eprintln!("{id}: acquire failed after {:?}: {error:?}", clock::span(t_req, t_ret));
+                    eprintln!(
+                        "{id}: acquire failed after {:?}: {error:?}",
+                        clock::span(t_req, t_ret)
+                    );
                 }
                 AttemptResult::Error(variant(error))
             }

@@ -36,7 +36,11 @@ fn own_line(fixture: &Fixture, host: &str) -> Vec<String> {
         .net
         .cli(host, 7000, &["CLUSTER", "NODES"])
         .lines()
-        .map(|line| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .map(|line| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .find(|fields| fields.get(2).is_some_and(|flags| flags.contains("myself")))
         .unwrap_or_default()
 }
@@ -146,15 +150,19 @@ fn a_cluster_master_cut_off_with_a_client_fails_over_and_the_other_side_follows(
         .collect();
     fixture.net.split(&[master, "x"], &others);
     let cut_at = clock::now();
-    wait_until(Duration::from_secs(30), "the replica to be promoted", || {
-        own_line(&fixture, replica)
-            .get(2)
-            .is_some_and(|flags| flags.contains("master"))
-            && fixture
-                .net
-                .cli(replica, 7000, &["CLUSTER", "INFO"])
-                .contains("cluster_state:ok")
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the replica to be promoted",
+        || {
+            own_line(&fixture, replica)
+                .get(2)
+                .is_some_and(|flags| flags.contains("master"))
+                && fixture
+                    .net
+                    .cli(replica, 7000, &["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+        },
+    );
     let promoted_at = clock::now();
     std::thread::sleep(Duration::from_secs(2));
     fixture.net.heal();
@@ -185,10 +193,7 @@ fn a_cluster_master_cut_off_with_a_client_fails_over_and_the_other_side_follows(
             .collect::<Vec<_>>()
     };
     let (x_during, y_during) = (held(x_pid, cut_at), held(y_pid, promoted_at));
-    let last_x = x_during
-        .iter()
-        .map(|h| clock::span(cut_at, h.t_acq))
-        .max();
+    let last_x = x_during.iter().map(|h| clock::span(cut_at, h.t_acq)).max();
     let results = |pid: u32| -> Vec<AttemptResult> {
         history
             .attempts

@@ -94,10 +94,12 @@ impl Fixture {
                 .keys(host)
                 .into_iter()
                 .filter(|key| {
-                    !allowed.iter().any(|allowed| match allowed.strip_suffix('*') {
-                        Some(prefix) => key.starts_with(prefix),
-                        None => key == allowed,
-                    })
+                    !allowed
+                        .iter()
+                        .any(|allowed| match allowed.strip_suffix('*') {
+                            Some(prefix) => key.starts_with(prefix),
+                            None => key == allowed,
+                        })
                 })
                 .collect();
             if left.is_empty() {

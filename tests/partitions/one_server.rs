@@ -97,7 +97,11 @@ pub fn cut_off_while_holding(
     eprintln!(
         "{what}, {}: {summary:?}; A's guard said lost {:?} after its acquisition \
          ({:?} after the cut), B acquired {:?} after A, {:?} after A's guard said lost",
-        if lease.is_some() { "fixed lease" } else { "watchdog" },
+        if lease.is_some() {
+            "fixed lease"
+        } else {
+            "watchdog"
+        },
         clock::span(a_hold.t_acq, lost_at),
         clock::span(cut_at, lost_at),
         clock::span(a_hold.t_acq, b_hold.t_acq),
@@ -124,7 +128,11 @@ pub fn cut_off_while_holding(
         "A's late write, after B wrote, was accepted"
     );
     let a_release = a_hold.release.expect("A released");
-    assert_eq!(a_release.outcome, Outcome::Lost, "A's release after healing");
+    assert_eq!(
+        a_release.outcome,
+        Outcome::Lost,
+        "A's release after healing"
+    );
     assert!(a_release.lost_before, "A's guard did not know it was lost");
     assert_eq!(
         b_hold.release.expect("B released").outcome,

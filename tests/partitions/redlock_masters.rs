@@ -104,7 +104,10 @@ fn results_of(history: &History, pid: u32, from: u64, to: u64) -> (Vec<AttemptRe
         .max()
         .unwrap_or_default();
     (
-        within.iter().map(|attempt| attempt.result.clone()).collect(),
+        within
+            .iter()
+            .map(|attempt| attempt.result.clone())
+            .collect(),
         longest,
     )
 }

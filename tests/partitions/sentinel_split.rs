@@ -66,17 +66,21 @@ fn sentinel_setup(server: &[&str]) -> Option<(Fixture, ClientSpec)> {
         );
         fixture.servers.push(process);
     }
-    wait_until(Duration::from_secs(30), "the replicas and sentinels to meet", || {
-        DATA[1..].iter().all(|replica| {
-            fixture
-                .net
-                .cli(replica, 7000, &["INFO", "replication"])
-                .contains("master_link_status:up")
-        }) && SENTINELS.iter().all(|sentinel| {
-            let info = fixture.net.cli(sentinel, 7000, &["INFO", "sentinel"]);
-            info.contains("slaves=2") && info.contains("sentinels=3")
-        })
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the replicas and sentinels to meet",
+        || {
+            DATA[1..].iter().all(|replica| {
+                fixture
+                    .net
+                    .cli(replica, 7000, &["INFO", "replication"])
+                    .contains("master_link_status:up")
+            }) && SENTINELS.iter().all(|sentinel| {
+                let info = fixture.net.cli(sentinel, 7000, &["INFO", "sentinel"]);
+                info.contains("slaves=2") && info.contains("sentinels=3")
+            })
+        },
+    );
     let urls: Vec<String> = SENTINELS.iter().map(|s| fixture.net.url(s)).collect();
     let mut spec = ClientSpec::new(
         Role::Contender,
@@ -119,8 +123,11 @@ fn named_primary(fixture: &Fixture) -> Option<&'static str> {
                 .to_owned()
         })
         .collect();
-    DATA.into_iter()
-        .find(|host| named.iter().all(|addr| *addr == fixture.net.host(host).addr.to_string()))
+    DATA.into_iter().find(|host| {
+        named
+            .iter()
+            .all(|addr| *addr == fixture.net.host(host).addr.to_string())
+    })
 }
 
 /// What one run showed.
@@ -152,10 +159,14 @@ fn split_brain(fixture: &Fixture, spec: &ClientSpec) -> Run {
     fixture.net.split(&["p", "x"], &majority);
     let cut_at = clock::now();
     let mut promoted = None;
-    wait_until(Duration::from_secs(30), "the sentinels to promote a replica", || {
-        promoted = named_primary(fixture).filter(|host| *host != "p");
-        promoted.is_some()
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the sentinels to promote a replica",
+        || {
+            promoted = named_primary(fixture).filter(|host| *host != "p");
+            promoted.is_some()
+        },
+    );
     let promoted_at = clock::now();
     let promoted = promoted.expect("a promoted replica");
     // Y on the new primary, X on the old one, for two seconds.
@@ -303,9 +314,12 @@ fn sentinel_split_brain_without_replica_confirmation_is_recorded() {
 
 #[test]
 fn sentinel_split_brain_with_replica_confirmation_refuses_the_cut_off_side() {
-    let Some((fixture, mut spec)) =
-        sentinel_setup(&["--min-replicas-to-write", "1", "--min-replicas-max-lag", "2"])
-    else {
+    let Some((fixture, mut spec)) = sentinel_setup(&[
+        "--min-replicas-to-write",
+        "1",
+        "--min-replicas-max-lag",
+        "2",
+    ]) else {
         return;
     };
     spec.confirm = Some((1, Duration::from_millis(200)));

@@ -112,7 +112,6 @@ fn a_flapping_link_keeps_every_wait_bounded_and_leaves_nothing_behind() {
         })
         .max()
         .unwrap_or_default();
-    let flapper_pid = flapper_pid;
     let flapper_holds = history
         .holds
         .iter()

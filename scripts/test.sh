@@ -6,19 +6,9 @@
 # build and each feature on its own are checked, the docs built with every feature
 # (warnings denied), and the two published crates packaged and built from their
 # packages (`cargo package`, offline: every dependency was fetched by the checks).
-# As root, the partition tests (tests/partitions/) run too: they need `ip netns`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
-# The partition tests (tests/partitions/) make network namespaces with iproute2's `ip`;
-# as root without it, install it (without root they skip, saying so).
-if [ "$(id -u)" = "0" ] && ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] \
-    && [ ! -x /sbin/ip ] && command -v apt-get >/dev/null 2>&1; then
-    echo "ip (iproute2) is missing: installing it with apt-get" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; } \
-        || echo "apt-get could not install iproute2: the partition tests will be skipped" >&2
-fi
 for features in "" cluster sentinel tls metrics; do
     echo "== cargo check -p redlock-runtime --no-default-features --features '$features'" >&2
     cargo check --locked --quiet -p redlock-runtime --no-default-features --features "$features" --lib
@@ -31,4 +21,13 @@ RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet --no-deps --all-features \
     -p redlock-runtime -p redlock-macros
 echo "== cargo package -p redlock-macros -p redlock-runtime" >&2
 cargo package --locked --offline --quiet --allow-dirty -p redlock-macros -p redlock-runtime
+# The partition tests (tests/partitions/) make network namespaces with iproute2's `ip`;
+# as root without it, install it (without root they skip, saying so).
+if [ "$(id -u)" = "0" ] && ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] \
+    && [ ! -x /sbin/ip ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ip (iproute2) is missing: installing it with apt-get" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; } \
+        || echo "apt-get could not install iproute2: the partition tests will be skipped" >&2
+fi
 cargo test --workspace --locked "$@"

@@ -548,7 +548,8 @@ impl LockClientBuilder {
 
     /// After each acquisition, waits (Redis `WAIT`) until `replicas` replicas have the
     /// lock, at most `timeout`; fewer confirmations undo the acquisition and fail with
-    /// [`LockError::NotReplicated`]. Like Redisson's `checkLockSyncedSlaves`, this makes
+    /// [`LockError::NotReplicated`] (so does a primary's own refusal for want of
+    /// replicas, `NOREPLICAS`, when the server sets `min-replicas-to-write`). Like Redisson's `checkLockSyncedSlaves`, this makes
     /// a lock survive a failover to one of those replicas; it cannot protect against a
     /// failover to a replica that did not confirm, nor replace fencing. One server or
     /// Sentinel only.

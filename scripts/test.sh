@@ -27,4 +27,13 @@ done
 source scripts/check-msrv.sh
 echo "== cargo package -p redlock-macros -p redlock-runtime" >&2
 cargo package --locked --offline --quiet --allow-dirty -p redlock-macros -p redlock-runtime
+# The partition tests (tests/partitions/) make network namespaces with iproute2's `ip`;
+# as root without it, install it (without root they skip, saying so).
+if [ "$(id -u)" = "0" ] && ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] \
+    && [ ! -x /sbin/ip ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ip (iproute2) is missing: installing it with apt-get" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null; } \
+        || echo "apt-get could not install iproute2: the partition tests will be skipped" >&2
+fi
 cargo test --workspace --locked "$@"

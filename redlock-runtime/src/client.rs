@@ -509,6 +509,15 @@ impl LockClientBuilder {
     }
 
     /// How long any one command may wait for Redis's answer (default 3 s).
+    ///
+    /// On Linux it also bounds how long a connection to one server (or a RedLock
+    /// master, or a Cluster node) outlives a network partition: data it sent that stays
+    /// unacknowledged for twice this (at least a second) makes the kernel drop it
+    /// (`TCP_USER_TIMEOUT`), and the next command connects anew (a command that finds
+    /// its connection dropped so is sent once more on the new one). Without that, the
+    /// commands that timed out during a partition would stay queued in the socket and
+    /// every command after the network healed would time out too, for up to as long as
+    /// the partition lasted.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.config.response_timeout = timeout;
         self
@@ -539,7 +548,8 @@ impl LockClientBuilder {
 
     /// After each acquisition, waits (Redis `WAIT`) until `replicas` replicas have the
     /// lock, at most `timeout`; fewer confirmations undo the acquisition and fail with
-    /// [`LockError::NotReplicated`]. Like Redisson's `checkLockSyncedSlaves`, this makes
+    /// [`LockError::NotReplicated`] (so does a primary's own refusal for want of
+    /// replicas, `NOREPLICAS`, when the server sets `min-replicas-to-write`). Like Redisson's `checkLockSyncedSlaves`, this makes
     /// a lock survive a failover to one of those replicas; it cannot protect against a
     /// failover to a replica that did not confirm, nor replace fencing. One server or
     /// Sentinel only.

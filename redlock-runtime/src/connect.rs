@@ -81,6 +81,11 @@ pub(crate) async fn cluster(
     let push_target = handler.clone();
     let builder = redis::cluster::ClusterClientBuilder::new(seeds);
     let builder = with_root_certificate(builder, config);
+    // As for one server (see `tcp_settings`), and more: the cluster client retries a
+    // command that timed out on the same node and refreshes its slots only when a
+    // connection breaks, so without the limit it would not find the promoted replica
+    // while the old master is cut off (silent rather than gone).
+    let builder = builder.tcp_settings(tcp_settings(config));
     let cluster = builder
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(config.connect_timeout)
@@ -122,6 +127,7 @@ pub(crate) async fn sentinel(
         service,
         redis_settings,
         manager_config(config, &handler),
+        tcp_settings(config),
         config.tls_root_certificate.as_deref(),
     )
     .await
@@ -140,8 +146,10 @@ pub(crate) async fn sentinel(
     Ok(node)
 }
 
-/// A client for one server: over TLS with the configured private CA, if any.
+/// A client for one server: over TLS with the configured private CA, if any, and with
+/// [`tcp_settings`] on its sockets.
 fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResult<redis::Client> {
+    let info = info.set_tcp_settings(tcp_settings(config));
     #[cfg(feature = "tls")]
     if let (Some(pem), redis::ConnectionAddr::TcpTls { .. }) =
         (&config.tls_root_certificate, info.addr())
@@ -150,6 +158,33 @@ fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResul
     }
     let _ = config;
     redis::Client::open(info)
+}
+
+/// The sockets of every connection to a data node (one server, a RedLock master, a
+/// Cluster node, the primary Sentinel names): on Linux, data sent that stays
+/// unacknowledged for twice the response timeout (at least a second) makes the kernel
+/// drop the connection (`TCP_USER_TIMEOUT`).
+///
+/// A response timeout fails the command but leaves the connection as it is, and the
+/// redis crate reconnects only when a connection breaks. After a network partition,
+/// the commands that timed out during it (watchdog renewals, attempts) are still
+/// queued in the socket, retransmitted on TCP's backoff (doubling, up to two minutes
+/// apart): every command on that connection would time out for up to as long again
+/// after the network healed (a 3 s partition cost about 3 s more; nothing bounds it
+/// short of the kernel's 15-minute give-up). With this limit the kernel drops such a
+/// connection soon after the partition begins, and the next command reconnects.
+fn tcp_settings(config: &ClientConfig) -> redis::io::tcp::TcpSettings {
+    let settings = redis::io::tcp::TcpSettings::default();
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    let settings = settings.set_user_timeout(
+        config
+            .response_timeout
+            .saturating_mul(2)
+            .max(Duration::from_secs(1)),
+    );
+    #[cfg(not(any(target_os = "android", target_os = "fuchsia", target_os = "linux")))]
+    let _ = config;
+    settings
 }
 
 #[cfg(feature = "tls")]

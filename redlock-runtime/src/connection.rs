@@ -289,20 +289,50 @@ pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
     error.is_cluster_error()
 }
 
-/// Runs `operation` again while the key's slot moves, for at most `limit`.
-pub(crate) async fn while_slot_moves<T, F, Fut>(limit: Duration, mut operation: F) -> RedisResult<T>
+/// Whether an error means the command never left: the connection had been closed
+/// (by the server, or by the kernel after a partition: see `connect`'s
+/// `unacknowledged_limit`) before it was sent. The connection manager reconnects on
+/// such an error, and the command sent again goes over the new connection.
+pub(crate) fn found_closed(error: &redis::RedisError) -> bool {
+    // The redis crate keeps its io::Error private; `source()` reaches it (behind the
+    // `Arc` the crate keeps it in).
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<Shared>())
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .is_some_and(|error| {
+            matches!(
+                error.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::NotConnected
+            )
+        })
+}
+
+/// Runs `operation` again while the key's slot moves, for at most `limit`, and once
+/// more if its connection was [found closed](found_closed): so that the first command
+/// after a network partition or a server restart (a release, an extension) is not
+/// failed merely because it was the one to find the old connection dead.
+pub(crate) async fn retrying_moves_and_reconnects<T, F, Fut>(
+    limit: Duration,
+    mut operation: F,
+) -> RedisResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
     let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(10);
+    let mut reconnected = false;
     loop {
         match operation().await {
             Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
                 tracing::debug!(%error, "redlock: the key's slot is moving; trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            Err(error) if found_closed(&error) && !reconnected => {
+                tracing::debug!(%error, "redlock: the connection was closed; sending again on a new one");
+                reconnected = true;
             }
             other => return other,
         }
@@ -376,6 +406,16 @@ fn companion_key(tag: Option<&str>, prefix: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_found_closed_is_told_from_other_failures() {
+        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
+        assert!(found_closed(&io(std::io::ErrorKind::BrokenPipe)));
+        assert!(found_closed(&io(std::io::ErrorKind::NotConnected)));
+        // The command may have run: sending it again could tell a release it was lost.
+        assert!(!found_closed(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!found_closed(&io(std::io::ErrorKind::TimedOut)));
+    }
 
     #[test]
     fn a_companion_key_shares_the_locks_hash_tag() {

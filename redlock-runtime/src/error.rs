@@ -132,7 +132,9 @@ pub enum LockError {
     },
 
     /// The lock was acquired, but fewer replicas than required confirmed it (see
-    /// `LockClientBuilder::confirm_replicas`); the acquisition was undone.
+    /// `LockClientBuilder::confirm_replicas`); the acquisition was undone. Also when
+    /// the primary refused to write it for want of replicas (`NOREPLICAS`: the
+    /// server's `min-replicas-to-write`), with `confirmed` 0: nothing was written.
     NotReplicated {
         /// The lock's key.
         key: String,

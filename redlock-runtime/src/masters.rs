@@ -47,7 +47,8 @@ pub(crate) enum Outcome {
         /// The hand-off's previous owner still held the lock, and it was deleted.
         handed_off: bool,
     },
-    /// Acquired, but fewer replicas than required confirmed it; undone.
+    /// Acquired, but fewer replicas than required confirmed it; undone. Or refused by
+    /// the primary for want of replicas (`NOREPLICAS`): nothing written.
     NotReplicated {
         confirmed: usize,
         needed: usize,
@@ -204,7 +205,19 @@ impl Masters {
                     Attempt::OtherShares { limit } => Outcome::OtherShares { limit },
                 },
                 Some((needed, timeout)) => {
-                    match node.acquire_confirmed(&request, needed, timeout).await? {
+                    let confirmed = match node.acquire_confirmed(&request, needed, timeout).await {
+                        // The primary refused the write for want of replicas (its
+                        // `min-replicas-to-write`, e.g. cut off from them): nothing
+                        // was written, and no replica confirmed anything.
+                        Err(error) if error.code() == Some("NOREPLICAS") => {
+                            return Ok(Outcome::NotReplicated {
+                                confirmed: 0,
+                                needed,
+                            });
+                        }
+                        other => other?,
+                    };
+                    match confirmed {
                         (Attempt::Acquired { token, .. }, _, confirmed) if confirmed >= needed => {
                             Outcome::Acquired {
                                 fencing_token: token,

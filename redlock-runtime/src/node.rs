@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
 use crate::connection::{Connection, slot_of};
-use crate::connection::{slot_is_moving, while_slot_moves};
+use crate::connection::{retrying_moves_and_reconnects, slot_is_moving};
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 
@@ -378,7 +378,7 @@ impl Node {
         owner: &str,
         keep_ms: u64,
     ) -> RedisResult<Verdict> {
-        let reply = while_slot_moves(self.response_timeout, || {
+        let reply = retrying_moves_and_reconnects(self.response_timeout, || {
             release_on(
                 self.connection.clone(),
                 self.waitlist,
@@ -414,7 +414,7 @@ impl Node {
         key: &str,
         waiter_id: &str,
     ) -> RedisResult<i64> {
-        while_slot_moves(self.response_timeout, || {
+        retrying_moves_and_reconnects(self.response_timeout, || {
             waitlist_script_on(
                 self.connection.clone(),
                 self.waitlist,
@@ -442,7 +442,7 @@ impl Node {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(after).await;
-                let checked = while_slot_moves(response_timeout, || {
+                let checked = retrying_moves_and_reconnects(response_timeout, || {
                     waitlist_script_on(
                         connection.clone(),
                         timings,
@@ -466,7 +466,7 @@ impl Node {
 
     /// The lock on `key`, if one is held (or kept for `hold_at_least`).
     pub(crate) async fn inspect(&self, key: &str) -> RedisResult<Option<Seen>> {
-        while_slot_moves(self.response_timeout, || {
+        retrying_moves_and_reconnects(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
             let holders = self.connection.holders_key(key);
@@ -489,7 +489,7 @@ impl Node {
     /// Frees the lock on `key` whoever holds it, as a release would; what it evicted,
     /// or `None` when no lock was held.
     pub(crate) async fn force_unlock(&self, key: &str) -> RedisResult<Option<Seen>> {
-        while_slot_moves(self.response_timeout, || {
+        retrying_moves_and_reconnects(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
             let forced = self.connection.forced_key(key);
@@ -548,7 +548,7 @@ impl Node {
         owner: &str,
         lease_ms: u64,
     ) -> RedisResult<Verdict> {
-        while_slot_moves(limit, || {
+        retrying_moves_and_reconnects(limit, || {
             let mut connection = self.connection.clone();
             let (keys, args) = self.extend_call(key, owner, lease_ms);
             async move {
@@ -664,7 +664,7 @@ impl Node {
         retries_for: Duration,
     ) -> Vec<Option<Verdict>> {
         let deadline = Instant::now() + retries_for;
-        let replies = match while_slot_moves(retries_for, || {
+        let replies = match retrying_moves_and_reconnects(retries_for, || {
             self.renew_pipeline(self.connection.clone(), batch, lease_ms)
         })
         .await

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, ProtocolVersion, RedisError, RedisFuture, RedisResult, Value};
 
@@ -22,6 +23,7 @@ fn with_certificates(
     sentinels: &[redis::ConnectionInfo],
     service: &str,
     settings: &redis::RedisConnectionInfo,
+    tcp: TcpSettings,
     pem: &[u8],
 ) -> RedisResult<SentinelClient> {
     let certificates = || redis::TlsCertificates {
@@ -37,6 +39,7 @@ fn with_certificates(
     .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
     .set_client_to_redis_certificates(certificates())
     .set_client_to_redis_protocol(ProtocolVersion::RESP3)
+    .set_client_to_redis_tcp_settings(tcp)
     .set_client_to_redis_db(settings.db());
     if let Some(username) = settings.username() {
         builder = builder
@@ -75,6 +78,7 @@ struct Primary {
 }
 
 impl SentinelConnection {
+    /// `tcp`: the sockets' settings of the connections to the primary;
     /// `root_certificate`: a private CA (PEM) for `rediss://` sentinels and the data
     /// nodes they name (which are reached over TLS when the sentinels are).
     pub(crate) async fn connect(
@@ -82,6 +86,7 @@ impl SentinelConnection {
         service: &str,
         redis_settings: redis::RedisConnectionInfo,
         config: ConnectionManagerConfig,
+        tcp: TcpSettings,
         root_certificate: Option<&[u8]>,
     ) -> RedisResult<Self> {
         let tls = sentinels
@@ -89,10 +94,11 @@ impl SentinelConnection {
             .any(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
         let mut client = match root_certificate {
             #[cfg(feature = "tls")]
-            Some(pem) if tls => with_certificates(&sentinels, service, &redis_settings, pem)?,
+            Some(pem) if tls => with_certificates(&sentinels, service, &redis_settings, tcp, pem)?,
             _ => {
                 let mut node_info = SentinelNodeConnectionInfo::default()
-                    .set_redis_connection_info(redis_settings.set_protocol(ProtocolVersion::RESP3));
+                    .set_redis_connection_info(redis_settings.set_protocol(ProtocolVersion::RESP3))
+                    .set_tcp_settings(tcp);
                 if tls {
                     node_info = node_info.set_tls_mode(redis::TlsMode::Secure);
                 }

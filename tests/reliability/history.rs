@@ -9,7 +9,9 @@
 //! - `attempt proc task seq t_req t_ret wait result` — every call to `acquire`;
 //! - `acquired proc task seq token t_req t_acq lease` — lease 0 in watchdog mode;
 //! - `write proc task seq token start end accepted` — a write to the fenced store;
-//! - `released proc task seq t_start t_end outcome lost_before` — the call to `release`.
+//! - `released proc task seq t_start t_end outcome lost_before` — the call to `release`;
+//! - `lost proc task seq t_lost` — when the guard said the lock was lost (its `lost()`
+//!   resolved), for holders that watch it.
 //!
 //! A hold is the span `[t_acq, t_start of its release]`: from the moment its holder
 //! knew it had the lock to the moment it began to give it up, i.e. the span in which it
@@ -95,6 +97,8 @@ pub struct Hold {
     pub writes: Vec<StoreWrite>,
     /// `None` when the process died holding it (or it never released).
     pub release: Option<Release>,
+    /// When its guard said the lock was lost, if the worker watched for that.
+    pub lost_at: Option<u64>,
 }
 
 impl Hold {
@@ -200,6 +204,16 @@ impl Recorder {
         ));
     }
 
+    /// The guard of `id` said its lock was lost at `t_lost`.
+    // Only the partition suite's holders (tests/partitions) watch their guards.
+    #[allow(dead_code)]
+    pub fn lost(&self, id: HoldId, t_lost: u64) {
+        self.line(format!(
+            "lost proc={} task={} seq={} t_lost={t_lost}\n",
+            id.proc, id.task, id.seq
+        ));
+    }
+
     pub fn released(&self, id: HoldId, release: Release) {
         let outcome = match release.outcome {
             Outcome::Released => "released",
@@ -243,6 +257,7 @@ pub fn parse(text: &str) -> History {
     let mut holds: BTreeMap<HoldId, Hold> = BTreeMap::new();
     let mut writes: Vec<(HoldId, StoreWrite)> = Vec::new();
     let mut releases: Vec<(HoldId, Release)> = Vec::new();
+    let mut losses: Vec<(HoldId, u64)> = Vec::new();
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
         let mut words = line.split(' ');
         let kind = words.next().unwrap_or_default();
@@ -294,6 +309,7 @@ pub fn parse(text: &str) -> History {
                         lease: (lease > 0).then_some(lease),
                         writes: Vec::new(),
                         release: None,
+                        lost_at: None,
                     },
                 );
             }
@@ -322,6 +338,7 @@ pub fn parse(text: &str) -> History {
                     },
                 ));
             }
+            "lost" => losses.push((id, number("t_lost"))),
             other => panic!("unknown history record {other}: {line}"),
         }
     }
@@ -337,6 +354,12 @@ pub fn parse(text: &str) -> History {
             .get_mut(&id)
             .unwrap_or_else(|| panic!("a release of {id}, which was never acquired"))
             .release = Some(release);
+    }
+    for (id, t_lost) in losses {
+        holds
+            .get_mut(&id)
+            .unwrap_or_else(|| panic!("a loss of {id}, which was never acquired"))
+            .lost_at = Some(t_lost);
     }
     History {
         attempts,
@@ -355,6 +378,10 @@ pub struct Bounds {
     pub expiry_slack: Duration,
     /// Processes that were killed: their unreleased holds expired instead.
     pub killed: HashSet<u32>,
+    /// How much later than a new holder's acquisition the old holder may have recorded
+    /// that its guard said lost: the old holder's timer and the new holder's reply
+    /// fire at the same lease end, and either process may be scheduled late.
+    pub lost_slack: Duration,
 }
 
 impl Default for Bounds {
@@ -363,6 +390,7 @@ impl Default for Bounds {
             wait_overshoot: Duration::from_secs(1),
             expiry_slack: Duration::from_millis(2),
             killed: HashSet::new(),
+            lost_slack: Duration::from_millis(500),
         }
     }
 }
@@ -408,9 +436,11 @@ pub fn assert_valid(history: &History, bounds: &Bounds) -> Summary {
 ///    acquisition certainly came before another (it returned before the other was
 ///    asked for), its token is smaller.
 /// 3. No two holds overlap, unless the earlier one had lost its lease; then the later
-///    one was acquired no earlier than the earlier's lease could have run out, has the
-///    larger token, and every write the stale holder made after the new holder's first
-///    accepted write was rejected by the store.
+///    one was acquired no earlier than the earlier's lease could have run out (and,
+///    where the earlier holder watched its guard, not before that guard said lost,
+///    give or take `bounds.lost_slack`), has the larger token, and every write the
+///    stale holder made after the new holder's first accepted write was rejected by
+///    the store.
 /// 4. The store rejected only writers that had lost their lock.
 /// 5. No `acquire` returned later than its `wait` plus `bounds.wait_overshoot`, and
 ///    every successful one left an acquisition record.
@@ -572,6 +602,16 @@ fn check_overlap(earlier: &Hold, later: &Hold, bounds: &Bounds, violations: &mut
             earlier.id
         ));
     }
+    if let Some(lost_at) = earlier.lost_at
+        && later.t_acq + clock::nanos(bounds.lost_slack) < lost_at
+    {
+        violations.push(format!(
+            "{} acquired {:?} before the guard of {} said its lock was lost",
+            later.id,
+            clock::span(later.t_acq, lost_at),
+            earlier.id
+        ));
+    }
     let Some(first_accepted) = later
         .writes
         .iter()
@@ -664,6 +704,21 @@ mod tests {
             found.iter().any(|v| v.contains("is not above")),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_takeover_before_the_old_guard_said_lost_is_caught() {
+        let mut text = hold(1, 10, 0, 1500, "lost") + &hold(2, 11, 101, 120, "released");
+        // The old holder's guard said lost only 1.1 s after the new holder acquired.
+        text.push_str(&format!("lost proc=1 task=0 seq=1 t_lost={}\n", 1200 * MS));
+        let found = violations(&lines(&text));
+        assert!(
+            found.iter().any(|v| v.contains("before the guard")),
+            "{found:?}"
+        );
+        let mut timely = hold(1, 10, 0, 500, "lost") + &hold(2, 11, 101, 120, "released");
+        timely.push_str(&format!("lost proc=1 task=0 seq=1 t_lost={}\n", 100 * MS));
+        assert_eq!(violations(&lines(&timely)), Vec::<String>::new());
     }
 
     #[test]

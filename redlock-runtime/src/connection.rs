@@ -289,10 +289,12 @@ pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
     error.is_cluster_error()
 }
 
-/// Whether an error means the command never left: the connection had been closed
-/// (by the server, or by the kernel after a partition: see `connect`'s
-/// `unacknowledged_limit`) before it was sent. The connection manager reconnects on
-/// such an error, and the command sent again goes over the new connection.
+/// Whether an error means the connection was found closed (by the server, or by the
+/// kernel after a partition: see `connect`'s `unacknowledged_limit`). The connection
+/// manager reconnects on such an error, and a command sent again goes over the new
+/// connection. It does not prove the command never left: redis-rs reports a
+/// connection that closed while the reply was awaited the same way. So only operations
+/// that are harmless to repeat send again on it (see `retrying_moves_and_reconnects`).
 pub(crate) fn found_closed(error: &redis::RedisError) -> bool {
     // The redis crate keeps its io::Error private; `source()` reaches it (behind the
     // `Arc` the crate keeps it in).
@@ -308,10 +310,37 @@ pub(crate) fn found_closed(error: &redis::RedisError) -> bool {
         })
 }
 
+/// Runs `operation` again while the key's slot moves, for at most `limit`; never again
+/// on a closed connection (see [`retrying_moves_and_reconnects`]).
+pub(crate) async fn while_slot_moves<T, F, Fut>(limit: Duration, mut operation: F) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match operation().await {
+            Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `operation` again while the key's slot moves, for at most `limit`, and once
 /// more if its connection was [found closed](found_closed): so that the first command
 /// after a network partition or a server restart (a release, an extension) is not
 /// failed merely because it was the one to find the old connection dead.
+///
+/// Only for operations whose second run can do no harm if the first one ran: a
+/// compare-and-delete or compare-and-extend by the caller's own owner token (the worst
+/// a repeat does is to report `Lost` for a lock the first run released), a read, a
+/// waitlist script that acts on a member or grant named by id. Not for a force-unlock,
+/// whose second run would evict the holder the first one let in: see
+/// [`while_slot_moves`].
 pub(crate) async fn retrying_moves_and_reconnects<T, F, Fut>(
     limit: Duration,
     mut operation: F,

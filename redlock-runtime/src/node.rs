@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
 use crate::connection::{Connection, slot_of};
-use crate::connection::{retrying_moves_and_reconnects, slot_is_moving};
+use crate::connection::{retrying_moves_and_reconnects, slot_is_moving, while_slot_moves};
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 
@@ -489,7 +489,9 @@ impl Node {
     /// Frees the lock on `key` whoever holds it, as a release would; what it evicted,
     /// or `None` when no lock was held.
     pub(crate) async fn force_unlock(&self, key: &str) -> RedisResult<Option<Seen>> {
-        retrying_moves_and_reconnects(self.response_timeout, || {
+        // Not sent again on a closed connection: if the first run freed the lock, a
+        // second one would evict the waiter it let in.
+        while_slot_moves(self.response_timeout, || {
             let mut connection = self.connection.clone();
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
             let forced = self.connection.forced_key(key);

@@ -69,6 +69,18 @@ pub(crate) trait Kind: Send + Sync + 'static {
         cleanup.finish_release(&k, &o, None, Box::pin(async move {
             let outcome = core.masters().release(&key, &owner, 0).await;
             tracing::debug!(%key, ok = outcome.is_ok(), "redlock: cleaned up after an interrupted acquire");
+            if !matches!(outcome, Ok(Verdict::Ours)) {
+                // The attempt may still be on its way: sent on a connection the kernel
+                // then dropped (see `connect::tcp_settings`), it can reach Redis after
+                // this release went out on a new one. Once more, a response timeout
+                // later, in the background (a shutdown does not wait for it): a
+                // compare-and-delete by the attempt's own token, harmless if repeated.
+                let later = core.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(later.config().response_timeout).await;
+                    let _ = later.masters().release(&key, &owner, 0).await;
+                });
+            }
             outcome.is_ok()
         }))
     }

@@ -85,7 +85,7 @@ pub(crate) async fn cluster(
     // command that timed out on the same node and refreshes its slots only when a
     // connection breaks, so without the limit it would not find the promoted replica
     // while the old master is cut off (silent rather than gone).
-    let builder = builder.tcp_settings(tcp_settings(config));
+    let builder = builder.tcp_settings(tcp_settings(Default::default(), config));
     let cluster = builder
         .use_protocol(ProtocolVersion::RESP3)
         .connection_timeout(config.connect_timeout)
@@ -127,7 +127,7 @@ pub(crate) async fn sentinel(
         service,
         redis_settings,
         manager_config(config, &handler),
-        tcp_settings(config),
+        tcp_settings(Default::default(), config),
         config.tls_root_certificate.as_deref(),
     )
     .await
@@ -149,7 +149,9 @@ pub(crate) async fn sentinel(
 /// A client for one server: over TLS with the configured private CA, if any, and with
 /// [`tcp_settings`] on its sockets.
 fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResult<redis::Client> {
-    let info = info.set_tcp_settings(tcp_settings(config));
+    // Settings of the application's own (`LockClient::from_redis`) are kept.
+    let settings = tcp_settings(info.tcp_settings().clone(), config);
+    let info = info.set_tcp_settings(settings);
     #[cfg(feature = "tls")]
     if let (Some(pem), redis::ConnectionAddr::TcpTls { .. }) =
         (&config.tls_root_certificate, info.addr())
@@ -173,8 +175,17 @@ fn open(info: redis::ConnectionInfo, config: &ClientConfig) -> redis::RedisResul
 /// after the network healed (a 3 s partition cost about 3 s more; nothing bounds it
 /// short of the kernel's 15-minute give-up). With this limit the kernel drops such a
 /// connection soon after the partition begins, and the next command reconnects.
-fn tcp_settings(config: &ClientConfig) -> redis::io::tcp::TcpSettings {
-    let settings = redis::io::tcp::TcpSettings::default();
+/// A limit the application set itself (on a `redis::Client` given to
+/// `LockClient::from_redis`) is kept, as are its other settings in `base`.
+fn tcp_settings(
+    base: redis::io::tcp::TcpSettings,
+    config: &ClientConfig,
+) -> redis::io::tcp::TcpSettings {
+    let settings = base;
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    if settings.user_timeout().is_some() {
+        return settings;
+    }
     #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
     let settings = settings.set_user_timeout(
         config

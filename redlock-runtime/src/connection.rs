@@ -290,7 +290,7 @@ pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
 }
 
 /// Whether an error means the connection was found closed (by the server, or by the
-/// kernel after a partition: see `connect`'s `unacknowledged_limit`). The connection
+/// kernel after a partition: see `connect::tcp_settings`). The connection
 /// manager reconnects on such an error, and a command sent again goes over the new
 /// connection. It does not prove the command never left: redis-rs reports a
 /// connection that closed while the reply was awaited the same way. So only operations
@@ -331,27 +331,44 @@ where
 }
 
 /// Runs `operation` again while the key's slot moves, for at most `limit`, and once
-/// more if its connection was [found closed](found_closed): so that the first command
-/// after a network partition or a server restart (a release, an extension) is not
-/// failed merely because it was the one to find the old connection dead.
+/// more, within `limit`, if its connection was [found closed](found_closed): so that
+/// the first command after a network partition or a server restart (a release, an
+/// extension) is not failed merely because it was the one to find the old connection
+/// dead.
 ///
 /// Only for operations whose second run can do no harm if the first one ran: a
-/// compare-and-delete or compare-and-extend by the caller's own owner token (the worst
-/// a repeat does is to report `Lost` for a lock the first run released), a read, a
+/// compare-and-delete or compare-and-extend by the caller's own owner token, a read, a
 /// waitlist script that acts on a member or grant named by id. Not for a force-unlock,
 /// whose second run would evict the holder the first one let in: see
-/// [`while_slot_moves`].
+/// [`while_slot_moves`]. A caller for whom a second run's reply means something else
+/// than the first's (a release that finds the lock gone: the first may have released
+/// it) uses [`retrying_moves_and_resending`], which says whether it sent again.
 pub(crate) async fn retrying_moves_and_reconnects<T, F, Fut>(
     limit: Duration,
-    mut operation: F,
+    operation: F,
 ) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    retrying_moves_and_resending(limit, operation)
+        .await
+        .map(|(reply, _)| reply)
+}
+
+/// [`retrying_moves_and_reconnects`], with the error of the first send when the reply
+/// is the second's: then the first may have run too, its reply lost.
+pub(crate) async fn retrying_moves_and_resending<T, F, Fut>(
+    limit: Duration,
+    mut operation: F,
+) -> RedisResult<(T, Option<redis::RedisError>)>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
     let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(10);
-    let mut reconnected = false;
+    let mut first_send_failed = None;
     loop {
         match operation().await {
             Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
@@ -359,11 +376,15 @@ where
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
-            Err(error) if found_closed(&error) && !reconnected => {
+            Err(error)
+                if found_closed(&error)
+                    && first_send_failed.is_none()
+                    && Instant::now() < deadline =>
+            {
                 tracing::debug!(%error, "redlock: the connection was closed; sending again on a new one");
-                reconnected = true;
+                first_send_failed = Some(error);
             }
-            other => return other,
+            other => return other.map(|reply| (reply, first_send_failed)),
         }
     }
 }
@@ -436,12 +457,49 @@ fn companion_key(tag: Option<&str>, prefix: &str, key: &str) -> String {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_command_sent_again_says_so_and_only_within_its_limit() {
+        let closed =
+            || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        // The first send finds the connection closed, the second answers: the caller
+        // learns its reply is the second's.
+        let mut sends = 0;
+        let (reply, first) = retrying_moves_and_resending(Duration::from_secs(1), || {
+            sends += 1;
+            let outcome = if sends == 1 { Err(closed()) } else { Ok(7) };
+            async move { outcome }
+        })
+        .await
+        .unwrap();
+        assert_eq!((reply, sends), (7, 2));
+        assert!(first.is_some_and(|error| found_closed(&error)));
+        // Sent again once at most.
+        let mut sends = 0;
+        let outcome: RedisResult<(i32, _)> =
+            retrying_moves_and_resending(Duration::from_secs(1), || {
+                sends += 1;
+                async { Err(closed()) }
+            })
+            .await;
+        assert!(outcome.is_err());
+        assert_eq!(sends, 2);
+        // Not again once the limit has passed.
+        let mut sends = 0;
+        let outcome: RedisResult<(i32, _)> = retrying_moves_and_resending(Duration::ZERO, || {
+            sends += 1;
+            async { Err(closed()) }
+        })
+        .await;
+        assert!(outcome.is_err());
+        assert_eq!(sends, 1);
+    }
+
     #[test]
     fn a_connection_found_closed_is_told_from_other_failures() {
         let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
         assert!(found_closed(&io(std::io::ErrorKind::BrokenPipe)));
         assert!(found_closed(&io(std::io::ErrorKind::NotConnected)));
-        // The command may have run: sending it again could tell a release it was lost.
+        // Neither is a connection found closed: the kernel or the server ended it mid-call.
         assert!(!found_closed(&io(std::io::ErrorKind::ConnectionReset)));
         assert!(!found_closed(&io(std::io::ErrorKind::TimedOut)));
     }

@@ -132,9 +132,11 @@ pub enum LockError {
     },
 
     /// The lock was acquired, but fewer replicas than required confirmed it (see
-    /// `LockClientBuilder::confirm_replicas`); the acquisition was undone. Also when
-    /// the primary refused to write it for want of replicas (`NOREPLICAS`: the
-    /// server's `min-replicas-to-write`), with `confirmed` 0: nothing was written.
+    /// `LockClientBuilder::confirm_replicas`); the acquisition was undone. Also, with
+    /// `confirm_replicas`, when the primary refused to write it for want of replicas
+    /// (`NOREPLICAS`: the server's `min-replicas-to-write`), with `confirmed` 0:
+    /// nothing was written. (Without `confirm_replicas`, that refusal is a
+    /// [`LockError::Redis`] whose message names `NOREPLICAS`.)
     NotReplicated {
         /// The lock's key.
         key: String,

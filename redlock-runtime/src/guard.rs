@@ -223,8 +223,11 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock. `Err(LockError::Lost)` when it had expired or been taken:
-    /// another owner's lock is never touched. With `hold_at_least`, a release before
+    /// Releases the lock. `Err(LockError::Lost)` when it had expired or been taken, or
+    /// when Redis gave no answer after its lease had run out: another owner's lock is
+    /// never touched. Another error when Redis gave no answer (or its connection closed
+    /// as it answered) within the lease: the release may have gone through; if not, the
+    /// lease ends the lock. With `hold_at_least`, a release before
     /// that time leaves the key in place until it has passed. `Err(LockError::ShutDown)`
     /// when the client's `shutdown` released it first.
     pub async fn release(mut self) -> Result<(), LockError> {
@@ -289,6 +292,18 @@ impl Holding {
                         "redlock.lost: released after the lock had expired or been taken"
                     );
                 }
+                Err(LockError::Lost {
+                    key: key.to_owned(),
+                })
+            }
+            // Redis did not answer (or the answer was lost with its connection), after
+            // the lease had run out: lost, whatever the release did.
+            Err(_) if lock.state.lease_ran_out() => {
+                lock.state.found_gone(Verdict::Gone);
+                tracing::warn!(
+                    key,
+                    "redlock.lost: the release got no answer after the lease had run out"
+                );
                 Err(LockError::Lost {
                     key: key.to_owned(),
                 })

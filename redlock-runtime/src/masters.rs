@@ -209,7 +209,7 @@ impl Masters {
                         // The primary refused the write for want of replicas (its
                         // `min-replicas-to-write`, e.g. cut off from them): nothing
                         // was written, and no replica confirmed anything.
-                        Err(error) if error.code() == Some("NOREPLICAS") => {
+                        Err(error) if refused_for_want_of_replicas(&error) => {
                             return Ok(Outcome::NotReplicated {
                                 confirmed: 0,
                                 needed,
@@ -948,6 +948,14 @@ impl QuorumError {
     }
 }
 
+/// The primary's refusal to write for want of replicas (`min-replicas-to-write`):
+/// `NOREPLICAS`, or before Redis 7 the script error that wraps it.
+fn refused_for_want_of_replicas(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOREPLICAS")
+        || error
+            .detail()
+            .is_some_and(|detail| detail.contains("NOREPLICAS"))
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
 use crate::connection::{Connection, slot_of};
-use crate::connection::{retrying_moves_and_reconnects, slot_is_moving, while_slot_moves};
+use crate::connection::{
+    retrying_moves_and_reconnects, retrying_moves_and_resending, slot_is_moving, while_slot_moves,
+};
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 
@@ -378,30 +380,41 @@ impl Node {
         owner: &str,
         keep_ms: u64,
     ) -> RedisResult<Verdict> {
-        let reply = retrying_moves_and_reconnects(self.response_timeout, || {
-            release_on(
-                self.connection.clone(),
-                self.waitlist,
-                key,
-                owner,
-                keep_ms,
-                self.publish_every_release,
-            )
-        })
-        .await?;
-        if reply == GRANTED {
+        let (reply, first_send_failed) =
+            retrying_moves_and_resending(self.response_timeout, || {
+                release_on(
+                    self.connection.clone(),
+                    self.waitlist,
+                    key,
+                    owner,
+                    keep_ms,
+                    self.publish_every_release,
+                )
+            })
+            .await?;
+        // Sent twice, the first run may have granted the key and its reply been lost:
+        // the check passes on a grant nobody confirms, and does nothing otherwise.
+        if reply == GRANTED || first_send_failed.is_some() {
             self.watch_grant(key);
         }
-        Ok(Verdict::of_reply(reply))
+        let verdict = Verdict::of_reply(reply);
+        match first_send_failed {
+            // The second run found the lock gone: the first may have released it, or
+            // it was lost before. Unknown, as when no answer came (the guard then says
+            // lost if its lease has run out).
+            Some(error) if matches!(verdict, Verdict::Gone | Verdict::HandedOff) => Err(error),
+            _ => Ok(verdict),
+        }
     }
 
     /// Takes a waiter that gave up off `key`'s waitlist (passing on a reservation or a
     /// grant made for it meanwhile).
     pub(crate) async fn leave_waitlist(&self, key: &str, waiter_id: &str) -> RedisResult<()> {
-        let reply = self
+        let (reply, first_send_failed) = self
             .waitlist_script(&scripts::LEAVE_WAITLIST, key, waiter_id)
             .await?;
-        if reply == GRANTED {
+        // Sent twice, the first run may have passed a grant on, its reply lost.
+        if reply == GRANTED || first_send_failed.is_some() {
             self.watch_grant(key);
         }
         Ok(())
@@ -413,8 +426,8 @@ impl Node {
         script: &redis::Script,
         key: &str,
         waiter_id: &str,
-    ) -> RedisResult<i64> {
-        retrying_moves_and_reconnects(self.response_timeout, || {
+    ) -> RedisResult<(i64, Option<redis::RedisError>)> {
+        retrying_moves_and_resending(self.response_timeout, || {
             waitlist_script_on(
                 self.connection.clone(),
                 self.waitlist,
@@ -440,9 +453,10 @@ impl Node {
         let after = Duration::from_millis(timings.reservation_ms + GRANT_CHECK_MARGIN_MS);
         let response_timeout = self.response_timeout;
         tokio::spawn(async move {
+            let mut checked_again = false;
             loop {
                 tokio::time::sleep(after).await;
-                let checked = retrying_moves_and_reconnects(response_timeout, || {
+                let checked = retrying_moves_and_resending(response_timeout, || {
                     waitlist_script_on(
                         connection.clone(),
                         timings,
@@ -453,7 +467,9 @@ impl Node {
                 })
                 .await;
                 match checked {
-                    Ok(GRANTED) => continue,
+                    Ok((GRANTED, _)) => continue,
+                    // Sent twice: the first run may have granted anew, its reply lost.
+                    Ok((_, Some(_))) if !checked_again => checked_again = true,
                     Ok(_) => return,
                     Err(error) => {
                         tracing::debug!(%error, %key, "redlock: could not check a grant; waiters fall back on their lease timers");

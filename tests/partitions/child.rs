@@ -23,7 +23,8 @@ const CLIENT_ENV: &str = "REDLOCK_PARTITION_CLIENT";
 pub enum Role {
     /// Acquires once (attempting until it succeeds), writes, and watches its guard;
     /// writes again once the test creates `<dir>/late-write-<pid>`, releases once it
-    /// creates `<dir>/release-<pid>`.
+    /// creates `<dir>/release-<pid>`, and takes the key once more (and releases it)
+    /// once it creates `<dir>/retake-<pid>`.
     Holder,
     /// Acquires (attempting until it succeeds or `run_for` has passed), writes,
     /// releases, exits.
@@ -242,6 +243,13 @@ async fn hold_and_watch(
     let _ = watcher.await;
     let guard = std::sync::Arc::into_inner(guard).expect("the watcher let go of the guard");
     release(guard, recorder, id).await;
+    // The same client, its network healed, takes the key once more: its connection
+    // must work again, not time out on what the partition left queued in its socket.
+    wait_for(&step_file(&spec.dir, "retake")).await;
+    let id = recorder.id(0, 2);
+    if let Some(guard) = acquire(client, spec, recorder, id).await {
+        release(guard, recorder, id).await;
+    }
 }
 
 async fn take_once(

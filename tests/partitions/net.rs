@@ -51,8 +51,11 @@ fn ip_binary() -> Option<PathBuf> {
         Some(ip) if root => Some(ip),
         _ => {
             // Past the test harness's capture (which takes only `eprintln!`), so that
-            // the line shows in a plain `cargo test`.
-            let _ = writeln!(std::io::stderr(), "{SKIPPED}");
+            // the line shows in a plain `cargo test`; once per run, not per test.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                let _ = writeln!(std::io::stderr(), "{SKIPPED}");
+            });
             None
         }
     }

@@ -76,10 +76,13 @@ pub fn cut_off_while_holding(
     // Healed, A releases while B still holds: its release must be `Lost`, and harmless.
     fixture.net.heal();
     fixture.tell(a_pid, "release");
-    a.join("holder A", Duration::from_secs(20));
     fixture.tell(b_pid, "late-write");
     fixture.tell(b_pid, "release");
+    fixture.tell(b_pid, "retake");
     b.join("holder B", Duration::from_secs(20));
+    // Then A's own client takes the key once more.
+    fixture.tell(a_pid, "retake");
+    a.join("holder A", Duration::from_secs(20));
     // After healing, the key can be taken again.
     let mut probe = spec.clone();
     probe.role = Role::Taker;
@@ -140,6 +143,18 @@ pub fn cut_off_while_holding(
         "A's release disturbed B's hold"
     );
     assert!(b_hold.writes[1].accepted, "B's second write was refused");
+    // A's client works again after the heal: it takes the free key at once (old code,
+    // watchdog mode: its commands timed out on the connection the partition had left
+    // stuck).
+    let a_again = holds_of(&history, a_pid)
+        .get(1)
+        .map(|hold| (*hold).clone())
+        .expect("A's client took the key again after the heal");
+    assert!(
+        clock::span(a_again.t_req, a_again.t_acq) < Duration::from_secs(1),
+        "A's client took {:?} to take the free key after the heal",
+        clock::span(a_again.t_req, a_again.t_acq)
+    );
     // Nothing but the fencing counter is left.
     fixture.assert_only_keys(server, &["redlock:fence"], Duration::from_secs(10));
 }

@@ -309,6 +309,11 @@ fn sentinel_split_brain_without_replica_confirmation_is_recorded() {
         assert!(!violation.contains("past its wait"), "{violation}");
     }
     assert!(y_during > 0, "Y never acquired on the new primary");
+    // What RELIABILITY.md reports for this case, asserted so that the row cannot go
+    // stale: the cut-off primary went on granting X's acquisitions, and X and Y held
+    // at once.
+    assert!(x_during > 0, "X never acquired on the cut-off primary");
+    assert!(overlapping > 0, "no X and Y holds overlapped");
     fixture.assert_only_keys(run.promoted, &["redlock:fence"], Duration::from_secs(10));
 }
 
@@ -346,6 +351,13 @@ fn sentinel_split_brain_with_replica_confirmation_refuses_the_cut_off_side() {
                 || *r == AttemptResult::Timeout
         ),
         "{:?}",
+        tally(&x_results)
+    );
+    assert!(
+        x_results
+            .iter()
+            .any(|r| matches!(r, AttemptResult::Error(kind) if kind == "NotReplicated")),
+        "X made no attempt that was refused during the partition: {:?}",
         tally(&x_results)
     );
     assert!(y_during > 0, "Y never acquired on the new primary");

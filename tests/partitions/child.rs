@@ -162,6 +162,15 @@ fn client_process() {
         return;
     };
     let spec = ClientSpec::decode(&text);
+    // A panic anywhere in the process (a background task's too, which tokio would
+    // swallow) leaves a file for the test to find (`Fixture::history`).
+    let dir = spec.dir.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let name = format!("panic-{}-{}.txt", std::process::id(), clock::now());
+        let _ = std::fs::write(dir.join(name), info.to_string());
+        previous(info);
+    }));
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -53,7 +53,32 @@ impl Fixture {
     }
 
     pub fn history(&self) -> History {
+        self.assert_no_client_panicked();
         history::load(self.dir.path())
+    }
+
+    /// Fails on a panic in any client process (see `child::client_process`), but one:
+    /// the redis crate's debug assertion that `SCRIPT LOAD` answered with the script's
+    /// own SHA, which fired once in a background release of the Cluster scenario (a
+    /// reply given to another request inside the cluster client during the failover;
+    /// not explained yet, see RELIABILITY.md). That one is reported, once.
+    fn assert_no_client_panicked(&self) {
+        let Ok(entries) = std::fs::read_dir(self.dir.path()) else {
+            return;
+        };
+        for path in entries.flatten().map(|entry| entry.path()) {
+            let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+                continue;
+            };
+            if !name.starts_with("panic-") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let upstream = text.contains("/redis-1.") && text.contains("src/script.rs");
+            assert!(upstream, "a client process panicked: {text}");
+            eprintln!("a client process hit the redis crate's debug assertion: {text}");
+            let _ = std::fs::rename(&path, path.with_file_name(format!("seen-{name}")));
+        }
     }
 
     /// Waits (up to `limit`) until the history satisfies `ready`; panics naming `what`.

@@ -64,6 +64,7 @@ pub(crate) async fn server(
     }
     if failure.is_none() {
         node.check_eviction_policy().await;
+        node.load_scripts().await;
     }
     Ok((node, failure))
 }
@@ -105,6 +106,7 @@ pub(crate) async fn cluster(
     let notifications = ReleaseNotifications::start(connection.clone(), &handler);
     let node = Node::new(url, connection, notifications, config, None);
     node.check_eviction_policy().await;
+    node.load_scripts().await;
     Ok(node)
 }
 
@@ -143,6 +145,7 @@ pub(crate) async fn sentinel(
     }));
     let node = Node::new(url, connection, notifications, config, confirming);
     node.check_eviction_policy().await;
+    node.load_scripts().await;
     Ok(node)
 }
 

@@ -161,6 +161,26 @@ impl Node {
         self
     }
 
+    /// Loads every script, so that none meets `NOSCRIPT` at its first use. redis-rs
+    /// answers `NOSCRIPT` by loading the script and sending it again, and a command
+    /// another task sent meanwhile on the same connection runs in between: a RedLock
+    /// master that answered an attempt late ran the holder's release before the
+    /// attempt's second send, and kept the lock for its whole lease (seen in
+    /// `tests/redlock.rs`). Best effort, within the response timeout: a server that
+    /// refuses `SCRIPT LOAD` loads each script at its first use, as before.
+    pub(crate) async fn load_scripts(&self) {
+        let loads = scripts::all().map(|script| {
+            let mut connection = self.connection.clone();
+            async move { script.prepare_invoke().load_async(&mut connection).await }
+        });
+        let loaded =
+            tokio::time::timeout(self.response_timeout, futures_util::future::join_all(loads))
+                .await;
+        if !matches!(&loaded, Ok(replies) if replies.iter().all(Result::is_ok)) {
+            tracing::debug!(url = %self.url, "redlock: could not load the scripts at connect; each loads at its first use");
+        }
+    }
+
     /// Warns when the server may evict keys under memory pressure: a held lock would
     /// silently vanish. Servers that refuse `CONFIG GET` (managed Redis, ACLs) are
     /// left unchecked.

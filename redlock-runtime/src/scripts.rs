@@ -133,6 +133,21 @@ end
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
+/// Every script the client runs on its servers, loaded at connect (`Node::load_scripts`).
+pub(crate) fn all() -> [&'static redis::Script; 9] {
+    [
+        &ACQUIRE,
+        &SHARED_ACQUIRE,
+        &RELEASE,
+        &LEAVE_WAITLIST,
+        &LAPSED_GRANT,
+        &EXTEND,
+        &INSPECT,
+        &FORCE_UNLOCK,
+        &RAISE_FENCE,
+    ]
+}
+
 /// KEYS: lock, fence counter, waitlist, and with RedLock the restart marker. The
 /// waitlist's expiries key is derived from the waitlist's (see [`companion_of`]): one
 /// key fewer to send and to read on every call. On a cluster it is declared instead, as

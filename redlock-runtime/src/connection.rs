@@ -312,22 +312,14 @@ pub(crate) fn found_closed(error: &redis::RedisError) -> bool {
 
 /// Runs `operation` again while the key's slot moves, for at most `limit`; never again
 /// on a closed connection (see [`retrying_moves_and_reconnects`]).
-pub(crate) async fn while_slot_moves<T, F, Fut>(limit: Duration, mut operation: F) -> RedisResult<T>
+pub(crate) async fn while_slot_moves<T, F, Fut>(limit: Duration, operation: F) -> RedisResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
-    let deadline = Instant::now() + limit;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        match operation().await {
-            Err(error) if slot_is_moving(&error) && Instant::now() + pause < deadline => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(200));
-            }
-            other => return other,
-        }
-    }
+    retrying(limit, false, operation)
+        .await
+        .map(|(reply, _)| reply)
 }
 
 /// Runs `operation` again while the key's slot moves, for at most `limit`, and once
@@ -360,6 +352,20 @@ where
 /// is the second's: then the first may have run too, its reply lost.
 pub(crate) async fn retrying_moves_and_resending<T, F, Fut>(
     limit: Duration,
+    operation: F,
+) -> RedisResult<(T, Option<redis::RedisError>)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    retrying(limit, true, operation).await
+}
+
+/// The one retry loop of the three above: while the slot moves, within `limit`; with
+/// `resend_on_closed`, once more on a connection found closed, with that first error.
+async fn retrying<T, F, Fut>(
+    limit: Duration,
+    resend_on_closed: bool,
     mut operation: F,
 ) -> RedisResult<(T, Option<redis::RedisError>)>
 where
@@ -377,7 +383,8 @@ where
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
             Err(error)
-                if found_closed(&error)
+                if resend_on_closed
+                    && found_closed(&error)
                     && first_send_failed.is_none()
                     && Instant::now() < deadline =>
             {
@@ -486,6 +493,15 @@ mod tests {
         // Not again once the limit has passed.
         let mut sends = 0;
         let outcome: RedisResult<(i32, _)> = retrying_moves_and_resending(Duration::ZERO, || {
+            sends += 1;
+            async { Err(closed()) }
+        })
+        .await;
+        assert!(outcome.is_err());
+        assert_eq!(sends, 1);
+        // `while_slot_moves` (a force-unlock) never sends again on a closed connection.
+        let mut sends = 0;
+        let outcome: RedisResult<i32> = while_slot_moves(Duration::from_secs(1), || {
             sends += 1;
             async { Err(closed()) }
         })

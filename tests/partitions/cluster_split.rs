@@ -47,14 +47,7 @@ fn own_line(fixture: &Fixture, host: &str) -> Vec<String> {
 
 fn serves(fields: &[String], slot: u64) -> bool {
     fields.get(2).is_some_and(|flags| flags.contains("master"))
-        && fields.iter().skip(8).any(|range| {
-            let mut bounds = range.split('-').filter_map(|b| b.parse::<u64>().ok());
-            match (bounds.next(), bounds.next()) {
-                (Some(low), Some(high)) => (low..=high).contains(&slot),
-                (Some(only), None) => only == slot,
-                _ => false,
-            }
-        })
+        && redlock_testkit::cluster::lists_slot(fields, slot)
 }
 
 #[test]
@@ -170,12 +163,7 @@ fn a_cluster_master_cut_off_with_a_client_fails_over_and_the_other_side_follows(
     x.join("client X", Duration::from_secs(40));
     y.join("client Y", Duration::from_secs(40));
     for host in ["x", "y"] {
-        let mut probe = spec.clone();
-        probe.role = Role::Taker;
-        probe.wait = Duration::from_secs(3);
-        probe
-            .spawn(&fixture.net, host)
-            .join(&format!("probe on {host}"), Duration::from_secs(30));
+        fixture.take_from(&spec, host, Duration::from_secs(3), Duration::from_secs(30));
     }
 
     let history = fixture.history();

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::child::{ClientSpec, Role};
 use crate::history::{self, History};
 use crate::net::{Net, NetProcess};
 
@@ -94,6 +95,18 @@ impl Fixture {
     pub fn tell(&self, pid: u32, step: &str) {
         std::fs::write(self.dir.path().join(format!("{step}-{pid}")), b"")
             .expect("write a step file");
+    }
+
+    /// A new client process on `host` takes the key once (within `wait` per attempt,
+    /// attempting for the spec's `run_for`), writes and releases: after healing, the
+    /// key can be taken again from there. Panics unless it did within `limit`.
+    pub fn take_from(&self, spec: &ClientSpec, host: &str, wait: Duration, limit: Duration) {
+        let mut probe = spec.clone();
+        probe.role = Role::Taker;
+        probe.wait = wait;
+        probe
+            .spawn(&self.net, host)
+            .join(&format!("probe on {host}"), limit);
     }
 
     pub fn dir(&self) -> &Path {

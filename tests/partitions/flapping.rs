@@ -66,12 +66,12 @@ fn a_flapping_link_keeps_every_wait_bounded_and_leaves_nothing_behind() {
         client.join(&format!("contender {index}"), Duration::from_secs(40));
     }
     // The key is free and can be taken at once.
-    let mut probe = spec.clone();
-    probe.role = Role::Taker;
-    probe.wait = Duration::from_secs(5);
-    probe
-        .spawn(&fixture.net, "flapper")
-        .join("probe", Duration::from_secs(20));
+    fixture.take_from(
+        &spec,
+        "flapper",
+        Duration::from_secs(5),
+        Duration::from_secs(20),
+    );
 
     let history = fixture.history();
     let bounds = Bounds {

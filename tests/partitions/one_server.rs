@@ -84,11 +84,7 @@ pub fn cut_off_while_holding(
     fixture.tell(a_pid, "retake");
     a.join("holder A", Duration::from_secs(20));
     // After healing, the key can be taken again.
-    let mut probe = spec.clone();
-    probe.role = Role::Taker;
-    probe
-        .spawn(&fixture.net, a_host)
-        .join("probe", Duration::from_secs(20));
+    fixture.take_from(spec, a_host, spec.wait, Duration::from_secs(20));
 
     let history = fixture.history();
     let bounds = Bounds::default();

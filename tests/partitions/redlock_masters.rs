@@ -71,12 +71,7 @@ fn bounds() -> Bounds {
 /// only the counter and the marker.
 fn after_healing(fixture: &Fixture, spec: &ClientSpec, clients: &[&str]) -> (History, Summary) {
     for host in clients {
-        let mut probe = spec.clone();
-        probe.role = Role::Taker;
-        probe.wait = Duration::from_secs(3);
-        probe
-            .spawn(&fixture.net, host)
-            .join(&format!("probe on {host}"), Duration::from_secs(20));
+        fixture.take_from(spec, host, Duration::from_secs(3), Duration::from_secs(20));
     }
     let history = fixture.history();
     let summary = history::assert_valid(&history, &bounds());

@@ -177,12 +177,7 @@ fn split_brain(fixture: &Fixture, spec: &ClientSpec) -> Run {
     x.join("client X", Duration::from_secs(40));
     y.join("client Y", Duration::from_secs(40));
     for host in ["x", "y"] {
-        let mut probe = spec.clone();
-        probe.role = Role::Taker;
-        probe.wait = Duration::from_secs(3);
-        probe
-            .spawn(&fixture.net, host)
-            .join(&format!("probe on {host}"), Duration::from_secs(30));
+        fixture.take_from(spec, host, Duration::from_secs(3), Duration::from_secs(30));
     }
     Run {
         history: fixture.history(),

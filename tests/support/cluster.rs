@@ -237,13 +237,22 @@ fn serves_slot(node: &RedisServer, slot: u64) -> bool {
         fields
             .get(2)
             .is_some_and(|flags| flags.contains("myself") && flags.contains("master"))
-            && fields.iter().skip(8).any(|range| {
-                let mut bounds = range.split('-').filter_map(|b| b.parse::<u64>().ok());
-                match (bounds.next(), bounds.next()) {
-                    (Some(low), Some(high)) => (low..=high).contains(&slot),
-                    (Some(only), None) => only == slot,
-                    _ => false,
-                }
-            })
+            && lists_slot(&fields, slot)
+    })
+}
+
+/// Whether the fields of a `CLUSTER NODES` line (split on whitespace) list `slot` among
+/// its slot ranges (`low-high` or a single slot, from the ninth field on).
+pub fn lists_slot(fields: &[impl AsRef<str>], slot: u64) -> bool {
+    fields.iter().skip(8).any(|range| {
+        let mut bounds = range
+            .as_ref()
+            .split('-')
+            .filter_map(|b| b.parse::<u64>().ok());
+        match (bounds.next(), bounds.next()) {
+            (Some(low), Some(high)) => (low..=high).contains(&slot),
+            (Some(only), None) => only == slot,
+            _ => false,
+        }
     })
 }

@@ -25,7 +25,7 @@ use crate::hand_off::Baton;
 use crate::limits::{check_max_lease, lease_millis, validate};
 use crate::masters::{Masters, Outcome, Try};
 use crate::metrics::{self, Label};
-use crate::node::{Verdict, Waiter};
+use crate::node::{LineStatus, Verdict, Waiter};
 use crate::notify::{Listener, Release};
 use crate::turn::LocalTurn;
 
@@ -293,7 +293,15 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                 drop(attempts);
                 return plan.into_guard(owner, fencing_token, sent_at, turn);
             }
-            Ok(Outcome::Busy { ttl, split, .. }) => {
+            Ok(Outcome::Busy {
+                ttl, split, line, ..
+            }) => {
+                // Grants made before this attempt ran are dead: they lapsed, or were
+                // taken away, or this attempt would have found the key its own.
+                attempts.grant_floor = attempts.grant_floor.max(line.grant_floor);
+                if let Some(place) = attempts.place.as_mut() {
+                    place.saw_busy(sent_at, line);
+                }
                 let news = attempts.wait_for_news(sent_at, ttl, split).await?;
                 // With replica confirmation, a grant is taken by an attempt of this
                 // waiter's (it finds the key granted to it), which `WAIT`s as every
@@ -325,22 +333,10 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                         );
                     }
                     // The message came late (this process was stopped or starved): the
-                    // grant may have lapsed and the key gone to the next in line. Held
-                    // only if its confirmation, awaited here, finds it still ours;
-                    // otherwise this waiter goes on waiting.
-                    let confirm_sent = Instant::now();
-                    let confirmed = plan
-                        .core
-                        .masters()
-                        .extend(&plan.key, &owner, plan.lease_ms)
-                        .await;
-                    if let Ok(Verdict::Ours) = confirmed {
-                        place.left = true;
-                        drop(attempts);
-                        metrics::granted(&plan.label);
-                        return plan.into_guard(owner, grant.fencing_token, confirm_sent, turn);
-                    }
-                    tracing::debug!(key = %plan.key, "redlock: a grant came too late to be taken; waiting on");
+                    // grant may have lapsed and the key gone to the next in line. The next
+                    // attempt takes the key if it is still granted to this waiter (with a
+                    // token of its own, from Redis), or finds it busy and waits on.
+                    tracing::debug!(key = %plan.key, "redlock: a grant came too late to be taken as it is; attempting");
                 }
             }
             Ok(Outcome::NoQuorum { reached }) => {
@@ -534,6 +530,9 @@ struct Attempts<'a, K> {
     /// wait takes none: it would leave a claim behind it.
     place: Option<WaitlistPlace<'a>>,
     listeners: Vec<Listener>,
+    /// The highest grant floor a busy reply gave (see `node::Attempt::Busy`): a grant
+    /// message whose token is not above it is stale.
+    grant_floor: u64,
     backoff: Duration,
     /// Counts this task in `redlock_waiting` from its first wait for a holder (or for
     /// Redis) until the acquisition ends.
@@ -552,6 +551,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             baton,
             place,
             listeners: Vec::new(),
+            grant_floor: 0,
             backoff: RETRY_BACKOFF.0,
             waiting: None,
         }
@@ -668,7 +668,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             let released = futures_util::future::select_all(
                 self.listeners
                     .iter()
-                    .map(|listener| Box::pin(listener.released())),
+                    .map(|listener| Box::pin(listener.released(self.grant_floor))),
             );
             let grace = plan.core.config().reservation_grace;
             tokio::select! {
@@ -830,6 +830,12 @@ struct WaitlistPlace<'a> {
     member: String,
     /// When its first attempt was sent: no later than its registration.
     first_sent: Option<Instant>,
+    /// The server clock (ms) when a busy attempt put it in line, as its reply said.
+    registered_ms: Option<u64>,
+    /// A busy attempt's send time and the server clock (ms) when it ran: the pair that
+    /// bounds this process's clock against the server's most tightly (see
+    /// [`grant_time`]).
+    clock_pair: Option<(Instant, u64)>,
     /// An attempt carrying the id was sent: the waitlist may hold it.
     registered: bool,
     left: bool,
@@ -845,6 +851,8 @@ impl<'a> WaitlistPlace<'a> {
             id,
             member,
             first_sent: None,
+            registered_ms: None,
+            clock_pair: None,
             registered: false,
             left: false,
         }
@@ -856,16 +864,69 @@ impl<'a> WaitlistPlace<'a> {
         self.id.rsplit(':').nth(1).unwrap_or_default()
     }
 
+    /// A busy attempt sent at `sent_at` said `line`.
+    fn saw_busy(&mut self, sent_at: Instant, line: LineStatus) {
+        let Some(ms) = line.server_ms else {
+            return;
+        };
+        if line.registered {
+            self.registered_ms = Some(ms);
+        }
+        // The later a pair's send time against the server's clock, the tighter it bounds.
+        let tighter = self.clock_pair.is_none_or(|(best_sent, best_ms)| {
+            signed_nanos(sent_at, best_sent) > (i128::from(ms) - i128::from(best_ms)) * 1_000_000
+        });
+        if tighter {
+            self.clock_pair = Some((sent_at, ms));
+        }
+    }
+
     /// When a grant that came `after` this waiter's registration (by the server's
-    /// clock) was made, at the earliest, by this process's clock: its first attempt was
-    /// sent before it registered, and the clocks' rates may differ by 0.1 % (NTP slews
-    /// a clock by 0.05 % at most), with a millisecond for the server's rounding. Never
-    /// later than now; `None` when no attempt of it was sent (then the grant cannot be
-    /// timed, and is taken only once confirmed).
+    /// clock) was made, at the earliest, by this process's clock. Never later than now;
+    /// `None` when no attempt of it was sent (then the grant cannot be timed, and is
+    /// taken only by an attempt).
     fn granted_at(&self, after: Duration) -> Option<Instant> {
-        let first_sent = self.first_sent?;
-        let allowance = after / 1_000 + Duration::from_millis(1);
-        Some((first_sent + after.saturating_sub(allowance)).min(Instant::now()))
+        let at = match (self.registered_ms, self.clock_pair) {
+            (Some(registered_ms), Some((sent, server_ms))) => {
+                grant_time(sent, server_ms, registered_ms, after)
+            }
+            // The first attempt was sent before it registered.
+            _ => {
+                let allowance = after / 1_000 + Duration::from_millis(1);
+                self.first_sent? + after.saturating_sub(allowance)
+            }
+        };
+        Some(at.min(Instant::now()))
+    }
+}
+
+/// The earliest moment, by this process's clock, of a grant made `after` a waiter's
+/// registration at `registered_ms` by the server's clock, given an attempt sent at
+/// `sent` that ran at `server_ms`: it ran no earlier than it was sent, so the grant
+/// came at least `registered_ms + after − server_ms` of the server's time after `sent`.
+/// The clocks' rates may differ by 0.1 % (NTP slews a clock by 0.05 % at most), and the
+/// server's ms are rounded down: a millisecond each for the two readings. (The first
+/// attempt's send time alone is a looser bound when its reply was slow: the first
+/// command on a new Cluster connection, say, after which a grant looked late.)
+fn grant_time(sent: Instant, server_ms: u64, registered_ms: u64, after: Duration) -> Instant {
+    let after_ms = i128::try_from(after.as_millis()).unwrap_or(i128::MAX / 4);
+    let between_ms = i128::from(registered_ms) + after_ms - i128::from(server_ms);
+    let allowance_ms = between_ms.abs() / 1_000 + 2;
+    let offset_ms = between_ms - allowance_ms;
+    let offset = Duration::from_millis(u64::try_from(offset_ms.unsigned_abs()).unwrap_or(u64::MAX));
+    if offset_ms >= 0 {
+        sent.checked_add(offset).unwrap_or(sent)
+    } else {
+        sent.checked_sub(offset).unwrap_or(sent)
+    }
+}
+
+/// `a − b` in nanoseconds, signed.
+fn signed_nanos(a: Instant, b: Instant) -> i128 {
+    if a >= b {
+        i128::try_from((a - b).as_nanos()).unwrap_or(i128::MAX)
+    } else {
+        -i128::try_from((b - a).as_nanos()).unwrap_or(i128::MAX)
     }
 }
 
@@ -903,6 +964,25 @@ fn is_transient(error: &redis::RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_is_timed_from_the_attempt_that_best_pins_the_server_clock() {
+        let ms = Duration::from_millis;
+        let sent = Instant::now() + Duration::from_secs(10);
+        // Registered at 1_000 (server ms) by an attempt sent at `sent` that ran at
+        // 1_000; granted 200 ms later: 200 ms after `sent`, less 2 ms for rounding.
+        assert_eq!(grant_time(sent, 1_000, 1_000, ms(200)), sent + ms(198));
+        // A later attempt, sent 94 ms after a slow first one and run at 1_095: the
+        // grant 108 ms after the registration came 13 ms after that attempt's send.
+        assert_eq!(grant_time(sent, 1_095, 1_000, ms(108)), sent + ms(11));
+        // A grant older than the attempt: before its send time.
+        assert_eq!(grant_time(sent, 2_000, 1_000, ms(500)), sent - ms(502));
+        // Long intervals allow for the clocks' rates: 0.1 %.
+        assert_eq!(
+            grant_time(sent, 1_000, 1_000, ms(60_000)),
+            sent + ms(59_938)
+        );
+    }
 
     #[test]
     fn a_release_message_tells_a_waiter_when_to_try() {

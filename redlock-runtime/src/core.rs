@@ -332,7 +332,16 @@ impl Core {
             }
         }
         let limit = self.config.response_timeout;
-        let background = tokio::time::timeout(limit, self.in_flight.none_running()).await;
+        // Releases sent again, and the lapsed-grant checks releases started (a
+        // grant they made must not be left to lapse unchecked when the process exits).
+        let grant_checks = futures_util::future::join_all(
+            self.masters
+                .nodes()
+                .iter()
+                .map(|node| node.grant_checks_finished()),
+        );
+        let everything = futures_util::future::join(self.in_flight.none_running(), grant_checks);
+        let background = tokio::time::timeout(limit, everything).await;
         tracing::debug!(
             released = locks.len(),
             background_finished = background.is_ok(),

@@ -115,12 +115,11 @@ impl LockGuard {
         };
         let (client, lock, key) = (held.client.clone(), held.lock.clone(), self.key.clone());
         let valid_for = client.masters().validity(lease);
-        let sent_at = Instant::now();
-        let ticket = lock.state.start_update();
+        let ticket = lock.state.start_update(Instant::now(), valid_for);
         let mut confirmation = Box::pin(async move {
             let extended = client.masters().extend(&key, &lock.owner, lease_ms).await;
             let ours = matches!(extended, Ok(Verdict::Ours));
-            lock.state.finish_update(ticket, sent_at, valid_for, ours);
+            lock.state.finish_update(ticket, ours);
             match extended {
                 Ok(Verdict::Ours) => {}
                 Ok(verdict) if !lock.state.has_ended() => {

@@ -231,7 +231,10 @@
 //! **Basics** — `error` (the one [`LockError`]) and `config` (client settings, their
 //! limits and the checks naming a bad one; how a URL is shown) depend on nothing;
 //! nor does `metrics` (feature `metrics`: the instruments, each an empty function
-//! without the feature), which the layers above call where the measured thing happens.
+//! without the feature), which the layers above call where the measured thing happens,
+//! nor `cleanup`, the one way to finish interrupted work in the background (and count
+//! it, and run a fallback for work a runtime shutting down drops unfinished): a node
+//! counts its lapsed-grant checks with it, a client its background releases.
 //!
 //! **Wire** — `scripts` holds every Lua script, the names of the keys the library keeps
 //! and the fencing scheme; `sentinel` follows the primary Sentinel names;
@@ -257,9 +260,7 @@
 //! the next task of the client and carries the baton (pure, no Redis); `turn` is a
 //! client's per-key FIFO line of tasks, with one baton slot per key; `state` is one held lock's shared state (lost? lease
 //! surely until when?), which holds the turn and passes it; `watchdog` renews every
-//! lock of a client in one pipeline per tick; `cleanup` is the one way to finish
-//! interrupted work in the background (and counts it, and runs a fallback for work a
-//! runtime shutting down drops unfinished).
+//! lock of a client in one pipeline per tick.
 //!
 //! **Client** — `core` is what all clones of a client share (servers, settings, turns,
 //! watchdog, owner tokens, the locks its guards hold, its background releases and

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 use crate::error::LockError;
-use crate::node::{Attempt, AttemptRequest, Boot, Node, Seen, Verdict, Waiter};
+use crate::node::{Attempt, AttemptRequest, Boot, LineStatus, Node, Seen, Verdict, Waiter};
 
 /// The outcome of one acquisition attempt over every master.
 pub(crate) enum Outcome {
@@ -61,6 +61,8 @@ pub(crate) enum Outcome {
         /// One server: the hand-off's previous owner's lock was deleted (see
         /// `node::Attempt::Busy`).
         handed_off: bool,
+        /// One server: what it tells about grants to come (see `node::LineStatus`).
+        line: LineStatus,
     },
     NotALock {
         found: String,
@@ -196,10 +198,15 @@ impl Masters {
                         fencing_token: token,
                         handed_off,
                     },
-                    Attempt::Busy { ttl, handed_off } => Outcome::Busy {
+                    Attempt::Busy {
+                        ttl,
+                        handed_off,
+                        line,
+                    } => Outcome::Busy {
                         ttl,
                         split: false,
                         handed_off,
+                        line,
                     },
                     Attempt::NotALock { found } => Outcome::NotALock { found },
                     Attempt::OtherShares { limit } => Outcome::OtherShares { limit },
@@ -233,10 +240,19 @@ impl Masters {
                             }
                             Outcome::NotReplicated { confirmed, needed }
                         }
-                        (Attempt::Busy { ttl, handed_off }, _, _) => Outcome::Busy {
+                        (
+                            Attempt::Busy {
+                                ttl,
+                                handed_off,
+                                line,
+                            },
+                            _,
+                            _,
+                        ) => Outcome::Busy {
                             ttl,
                             split: false,
                             handed_off,
+                            line,
                         },
                         (Attempt::NotALock { found }, _, _) => Outcome::NotALock { found },
                         (Attempt::OtherShares { limit }, _, _) => Outcome::OtherShares { limit },
@@ -918,6 +934,7 @@ impl Tally {
             ttl: self.ttl.unwrap_or(Duration::ZERO),
             split: !self.granted.is_empty(),
             handed_off: false,
+            line: LineStatus::default(),
         }
     }
 
@@ -1015,6 +1032,7 @@ mod tests {
             Attempt::Busy {
                 ttl: Duration::from_secs(1),
                 handed_off: false,
+                line: LineStatus::default(),
             },
             Boot::Votes,
         ))

@@ -8,6 +8,7 @@ use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
+use crate::cleanup::InFlight;
 use crate::config::ClientConfig;
 use crate::confirm::Confirming;
 use crate::connection::{Connection, slot_of};
@@ -30,6 +31,7 @@ pub(crate) enum Attempt {
     Busy {
         ttl: Duration,
         handed_off: bool,
+        line: LineStatus,
     },
     NotALock {
         found: String,
@@ -38,6 +40,22 @@ pub(crate) enum Attempt {
     OtherShares {
         limit: u32,
     },
+}
+
+/// What a busy attempt tells its waiter about the grants to come (one server; with
+/// RedLock, which grants nothing, the default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LineStatus {
+    /// A fencing token above every grant made before the attempt ran and below every
+    /// grant made after (0 when unknown): a grant message for this waiter at or below
+    /// it was made before the attempt found the key busy, and is stale (see
+    /// `acquire`'s `wait_for_news`).
+    pub(crate) grant_floor: u64,
+    /// The server clock (ms) when the attempt ran.
+    pub(crate) server_ms: Option<u64>,
+    /// The attempt put the waiter in line (at `server_ms`): a grant's time, which its
+    /// message counts from the waiter's registration, is known from here.
+    pub(crate) registered: bool,
 }
 
 /// What a release, extension or renewal found: the lock still `owner`'s (released,
@@ -103,6 +121,9 @@ pub(crate) struct Node {
     /// `scripts::CONTENDED`), because a waiter listens on a majority of masters that
     /// need not be the ones its attempts marked.
     publish_every_release: bool,
+    /// The lapsed-grant checks this node's releases started (see `watch_grant`): a
+    /// shutdown waits for them, since its own releases may have granted.
+    grant_checks: Arc<InFlight>,
 }
 
 /// Timings of the waitlist (see `scripts::ACQUIRE`).
@@ -152,7 +173,13 @@ impl Node {
             renew_retries_for: (config.response_timeout * 3 / 4).min(config.renew_every / 2),
             confirming,
             publish_every_release: false,
+            grant_checks: Arc::new(InFlight::default()),
         }
+    }
+
+    /// Resolves once no lapsed-grant check of this node's is running.
+    pub(crate) async fn grant_checks_finished(&self) {
+        self.grant_checks.none_running().await;
     }
 
     /// Makes this node a RedLock master (see `publish_every_release`).
@@ -472,7 +499,9 @@ impl Node {
         let key = key.to_owned();
         let after = Duration::from_millis(timings.reservation_ms + GRANT_CHECK_MARGIN_MS);
         let response_timeout = self.response_timeout;
+        let running = self.grant_checks.start();
         tokio::spawn(async move {
+            let _running = running;
             let mut checked_again = false;
             loop {
                 tokio::time::sleep(after).await;
@@ -920,6 +949,11 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
             .map(|ttl| Attempt::Busy {
                 ttl: Duration::from_millis(ttl),
                 handed_off: number(reply.get(3)) == Some(1),
+                line: LineStatus {
+                    grant_floor: number(reply.get(4)).unwrap_or(0),
+                    server_ms: number(reply.get(5)),
+                    registered: number(reply.get(6)) == Some(1),
+                },
             })
             .ok_or_else(bad_reply),
         Some(Value::Int(-2)) => number(value)
@@ -1140,8 +1174,33 @@ mod tests {
         assert_eq!(boot, Boot::Votes);
         let (attempt, boot) =
             parse_attempt(vec![Value::Int(0), Value::Int(250), Value::Int(2)]).unwrap();
-        assert!(matches!(attempt, Attempt::Busy { ttl, .. } if ttl == Duration::from_millis(250)));
+        assert!(
+            matches!(attempt, Attempt::Busy { ttl, line, .. } if ttl == Duration::from_millis(250) && line == LineStatus::default())
+        );
         assert_eq!(boot, Boot::Quarantined);
+        // A busy reply carries the grant floor: the token the attempt took.
+        let (attempt, _) = parse_attempt(vec![
+            Value::Int(0),
+            Value::Int(250),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(1795404822378060),
+            Value::Int(1795404822378),
+            Value::Int(1),
+        ])
+        .unwrap();
+        assert!(matches!(
+            attempt,
+            Attempt::Busy {
+                line: LineStatus {
+                    grant_floor: 1795404822378060,
+                    server_ms: Some(1795404822378),
+                    registered: true,
+                },
+                handed_off: false,
+                ..
+            }
+        ));
         let (attempt, boot) =
             parse_attempt(vec![Value::Int(-1), bulk("list"), Value::Int(2)]).unwrap();
         assert!(matches!(attempt, Attempt::NotALock { found } if found == "list"));

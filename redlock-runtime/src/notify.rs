@@ -151,6 +151,13 @@ impl Release {
     }
 }
 
+/// A grant made before an attempt whose busy reply set `grant_floor` (see
+/// `Listener::released`). Tokens rise with every grant and attempt on the server, so
+/// the floor splits the grants made before that attempt from those made after.
+fn is_stale(grant: &Release, grant_floor: u64) -> bool {
+    matches!(grant, Release::Granted { fencing_token, .. } if *fencing_token <= grant_floor)
+}
+
 /// The member of `ours` that a grant (`<id> <token> …`, after the `G `) names, if any.
 fn granted_member<'a>(grant: &[u8], ours: &'a [String]) -> Option<&'a String> {
     let id = grant.split(|&byte| byte == b' ').next()?;
@@ -328,12 +335,13 @@ impl ReleaseNotifications {
                     let member = member.clone();
                     entry.grant(member, news);
                 }
-                _ => {
-                    if payload.starts_with(b"G ") {
-                        entry.unclaimed = Some((payload.to_vec(), Instant::now()));
-                    }
-                    entry.post(news);
+                // A grant for none of the current waiters (one that left, or one that
+                // has not listened yet) is no news for the others: posted, it would
+                // wipe a shorter wake-up one of them was told.
+                _ if payload.starts_with(b"G ") => {
+                    entry.unclaimed = Some((payload.to_vec(), Instant::now()));
                 }
+                _ => entry.post(news),
             }
         }
     }
@@ -436,21 +444,25 @@ pub(crate) struct Listener {
 
 impl Listener {
     /// Resolves at the next release message (or at once if one came since the last
-    /// call) with what it said. Messages from before `since` are stale: skipped.
-    pub(crate) async fn released(&self) -> Release {
+    /// call) with what it said. Messages from before `since` are stale: skipped. So is
+    /// a grant whose fencing token is not above `grant_floor`: it was made before an
+    /// attempt of this waiter found the key busy (see `node::Attempt::Busy`), and has
+    /// lapsed or been taken away since — honoured, the waiter would hold a lock under
+    /// a token below its successor's, or beside the key's holder (issue 33).
+    pub(crate) async fn released(&self, grant_floor: u64) -> Release {
         loop {
             // Registered before looking, so that a grant posted in between still wakes it.
             let granted = self.granted.notified();
             tokio::pin!(granted);
             granted.as_mut().enable();
-            if let Some(grant) = self.own_grant() {
+            if let Some(grant) = self.own_grant(grant_floor) {
                 return grant;
             }
             tokio::select! {
                 // A grant for some waiter of the client: ours, if any, is read above.
                 _ = &mut granted => continue,
                 _ = self.wake.notified() => {
-                    if let Some(grant) = self.own_grant() {
+                    if let Some(grant) = self.own_grant(grant_floor) {
                         return grant;
                     }
                     let news = self.news.lock().unwrap_or_else(|e| e.into_inner()).last.take();
@@ -464,10 +476,14 @@ impl Listener {
         }
     }
 
-    /// The grant made to this listener's waiter, if one came: read once.
-    fn own_grant(&self) -> Option<Release> {
+    /// The grant made to this listener's waiter, if one came with a token above
+    /// `grant_floor`: read once. Stale ones are dropped.
+    fn own_grant(&self, grant_floor: u64) -> Option<Release> {
         let member = self.waiter_id.as_ref()?;
         let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
+        mailbox
+            .grants
+            .retain(|(ours, grant)| ours != member || !is_stale(grant, grant_floor));
         let at = mailbox.grants.iter().position(|(ours, _)| ours == member)?;
         Some(mailbox.grants.swap_remove(at).1)
     }
@@ -602,7 +618,7 @@ mod tests {
             notifications.listen(channel.clone(), Some("b:2 5000 web".into()), since);
         // The next waiter in line listens first; the grant names the first one.
         let next_hears = tokio::spawn(async move {
-            let news = tokio::time::timeout(SOON, next.released()).await;
+            let news = tokio::time::timeout(SOON, next.released(0)).await;
             (next, news)
         });
         tokio::task::yield_now().await;
@@ -613,7 +629,7 @@ mod tests {
             "the next waiter read the first one's grant: {news:?}"
         );
         assert!(matches!(
-            tokio::time::timeout(SOON, first.released()).await,
+            tokio::time::timeout(SOON, first.released(0)).await,
             Ok(Release::Granted {
                 fencing_token: 17,
                 ..
@@ -625,7 +641,7 @@ mod tests {
             notifications.listen(channel.clone(), Some("c:3 5000 web".into()), since);
         notifications.tell(channel.as_bytes(), b"G c:3 18 5 100");
         drop(gone);
-        let news = tokio::time::timeout(SOON, next.released()).await;
+        let news = tokio::time::timeout(SOON, next.released(0)).await;
         assert!(
             !matches!(news, Ok(Release::Granted { .. })),
             "a grant outlived the waiter it named: {news:?}"
@@ -637,6 +653,52 @@ mod tests {
                 .unwrap()
                 .grants
                 .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_grant_made_before_a_busy_attempt_is_never_read() {
+        let notifications = unconnected();
+        let channel = "redlock:granted:c:k".to_owned();
+        let (waiter, _, _) =
+            notifications.listen(channel.clone(), Some("a:1 5000 web".into()), Instant::now());
+        // Granted under token 17, unread while the waiter's next attempt ran and found
+        // the key busy (its floor: 20): dead, whether it lapsed or was evicted.
+        notifications.tell(channel.as_bytes(), b"G a:1 17 5 100");
+        let news = tokio::time::timeout(SOON, waiter.released(20)).await;
+        assert!(
+            !matches!(news, Ok(Release::Granted { .. })),
+            "a grant from before a busy attempt was read: {news:?}"
+        );
+        // A grant made after that attempt (a higher token) is the waiter's.
+        notifications.tell(channel.as_bytes(), b"G a:1 23 9 100");
+        assert!(matches!(
+            tokio::time::timeout(SOON, waiter.released(20)).await,
+            Ok(Release::Granted {
+                fencing_token: 23,
+                ..
+            })
+        ));
+        // So is one parked before the waiter listened, unless a busy reply came since.
+        notifications.tell(channel.as_bytes(), b"G b:2 30 5 100");
+        let (late, _, _) =
+            notifications.listen(channel.clone(), Some("b:2 5000 web".into()), Instant::now());
+        let news = tokio::time::timeout(SOON, late.released(31)).await;
+        assert!(!matches!(news, Ok(Release::Granted { .. })), "{news:?}");
+    }
+
+    #[tokio::test]
+    async fn a_grant_for_no_current_waiter_leaves_the_others_wake_up_alone() {
+        let notifications = unconnected();
+        let channel = "redlock:granted:c:k".to_owned();
+        let (waiter, _, _) =
+            notifications.listen(channel.clone(), Some("a:1 5000 web".into()), Instant::now());
+        // Another waiter of this client left; its grant arrives: nothing for `a:1`.
+        notifications.tell(channel.as_bytes(), b"G z:9 17 5 100");
+        let news = tokio::time::timeout(SOON, waiter.released(0)).await;
+        assert!(
+            news.is_err(),
+            "a grant for a waiter that left was news: {news:?}"
         );
     }
 

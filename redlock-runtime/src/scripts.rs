@@ -184,7 +184,11 @@ pub(crate) fn all() -> [&'static redis::Script; 9] {
 /// Returns `{1, token, handed_off, boot}` when acquired (`handed_off` = 1 if the
 /// previous owner's lock was found and deleted) — just `token`, an integer, when both
 /// others are 0: the common reply, the cheapest for the client to read — `{0, pttl,
-/// boot}` when held by another owner or reserved for another waiter, `{-1, type, boot}`
+/// boot, 0, floor, ms, registered}` when held by another owner or reserved for another
+/// waiter (`floor`: the token this attempt took, above every grant made before it and
+/// below every grant made after it: a grant message at or below it is stale, see
+/// `acquire`'s `wait_for_news`; `ms`: the server clock; `registered`: 1 when this
+/// attempt put the waiter in line, at `ms`), `{-1, type, boot}`
 /// when the key holds something redlock did not write. `boot`: 0 the master may vote; 2
 /// its quarantine runs and it may have forgotten locks that are still running.
 ///
@@ -298,6 +302,8 @@ if ttl < 0 then
   return {{-1, 'string', boot}}
 end
 {mark_contended}
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local registered = 0
 if ARGV[4] ~= '' then
   if value == 'shared:0' then
     -- Readers hold it, and this writer's registration holds new readers back: come
@@ -305,15 +311,17 @@ if ARGV[4] ~= '' then
     ttl = math.min(ttl, {WRITER_REFRESH_MS})
   end
   local expiries = {expiries}
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
+  registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
   redis.call('ZADD', expiries, ms + ttl + tonumber(ARGV[6]), ARGV[4])
   local latest = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
   local keep = math.max(1, tonumber(latest[2]) - ms)
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', expiries, keep)
 end
-return {{0, ttl, boot}}
+-- The token this attempt took is the grant floor: every grant made before it has a
+-- lower one, every grant made after it a higher one. The server clock, and whether
+-- this attempt put the waiter in line, time a later grant (see `acquire`).
+return {{0, ttl, boot, 0, token, ms, registered}}
 "#,
         token = next_token("KEYS[2]"),
         previous_owns = owned_by("held", "previous"),
@@ -512,8 +520,9 @@ end
 /// reader it holds back is told to retry then.
 ///
 /// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0,
-/// handed_off}` when busy (a hand-off's lock may have been deleted for a writer first
-/// in line), `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
+/// handed_off, floor, ms, registered}` when busy (a hand-off's lock may have been
+/// deleted for a writer first in line; `floor`: the fencing counter, above every grant
+/// made before this attempt; `ms` and `registered` as [`ACQUIRE`]'s), `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
 /// found, 0}` when the key is held in shares under another limit (a semaphore of
 /// another size, or a read lock).
 pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -621,15 +630,17 @@ if not busy_for and limit > 0 and redis.call('ZCARD', KEYS[4]) >= limit then
   busy_for = math.max(1, tonumber(first[2]) - ms)
 end
 if busy_for then
+  local registered = 0
   if ARGV[6] ~= '' then
-    redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[6])
+    registered = redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[6])
     redis.call('ZADD', KEYS[3], ms + busy_for + tonumber(ARGV[8]), ARGV[6])
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     local keep = math.max(1, tonumber(last[2]) - ms)
     redis.call('PEXPIRE', KEYS[2], keep)
     redis.call('PEXPIRE', KEYS[3], keep)
   end
-  return {{0, busy_for, 0, handed_off}}
+  -- The grant floor (see ACQUIRE): no token was taken on this path, so the counter.
+  return {{0, busy_for, 0, handed_off, redis.call('GET', KEYS[5]) or 0, ms, registered}}
 end
 if ARGV[6] ~= '' and (ARGV[7] == '1' or reserved) then
   redis.call('ZREM', KEYS[2], ARGV[6])

@@ -65,47 +65,38 @@ impl LockState {
 
     /// Starts a renewal or an extension of the lease, sent after this call.
     pub(crate) fn begin_update(&self, lease: Duration) -> LeaseUpdate<'_> {
+        let sent_at = Instant::now();
         LeaseUpdate {
             state: self,
-            ticket: self.start_update(),
-            sent_at: Instant::now(),
-            lease,
+            ticket: self.start_update(sent_at, lease),
             finished: false,
         }
     }
 
-    /// The ticket of an update about to be sent (see [`LeaseUpdate`]); the watchdog
-    /// keeps only these for its thousands of locks per tick.
-    pub(crate) fn start_update(&self) -> u64 {
+    /// Starts an update sent at `sent_at` (after this call) for `lease`; returns its
+    /// ticket (see [`LeaseUpdate`]). The watchdog keeps only these for its thousands of
+    /// locks per tick.
+    pub(crate) fn start_update(&self, sent_at: Instant, lease: Duration) -> Ticket {
+        let end = self.nanos_after_origin(sent_at, lease);
         let mut expiry = self.expiry();
-        expiry.started += 1;
-        if expiry.in_flight > 0 {
-            // This one and those in flight overlap: none of them may set the estimate.
-            expiry.contended_upto = expiry.started;
+        expiry.updates.start(end);
+        // Applied, it sets Redis's expiry to its end, which may be sooner than the
+        // estimate (an `extend` that shortens the lease).
+        let shortened = end < expiry.nanos;
+        expiry.nanos = expiry.nanos.min(end);
+        drop(expiry);
+        if shortened {
+            self.lost.send_modify(|_| {});
         }
-        expiry.in_flight += 1;
-        expiry.started
+        Ticket { end }
     }
 
-    /// Ends the update `ticket`, sent at `sent_at` for `lease`: `confirmed` when Redis
-    /// said it was applied, otherwise its outcome is unknown.
-    pub(crate) fn finish_update(
-        &self,
-        ticket: u64,
-        sent_at: Instant,
-        lease: Duration,
-        confirmed: bool,
-    ) {
-        let ours = self.nanos_after_origin(sent_at, lease);
+    /// Ends the update `ticket`: `confirmed` when Redis said it was applied, otherwise
+    /// its outcome is unknown.
+    pub(crate) fn finish_update(&self, ticket: Ticket, confirmed: bool) {
         let mut expiry = self.expiry();
-        let alone = ticket > expiry.contended_upto;
         let before = expiry.nanos;
-        expiry.nanos = if confirmed && alone {
-            ours
-        } else {
-            expiry.nanos.min(ours)
-        };
-        expiry.in_flight -= 1;
+        expiry.nanos = expiry.updates.finish(before, ticket.end, confirmed);
         let shortened = expiry.nanos < before;
         drop(expiry);
         if shortened {
@@ -222,23 +213,61 @@ impl LockState {
 struct Expiry {
     /// Nanoseconds after `origin`.
     nanos: u64,
-    /// Updates started so far, and still unanswered.
-    started: u64,
-    in_flight: u32,
-    /// Every update up to this one overlapped another.
-    contended_upto: u64,
+    updates: Updates,
 }
 
-/// One renewal or extension under way. Redis applies concurrent ones in an order the
-/// client cannot see (a renewal sent just before a short `extend` may be processed
-/// after it, or before), so only an update that nothing overlapped may set the local
-/// estimate; any other outcome can only lower it. So the estimate is never later than
-/// Redis's expiry. Dropped unfinished (its future cancelled), it counts as unknown.
+/// An update under way: where its lease ends at the earliest (nanoseconds after the
+/// state's origin), counted from before it was sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket {
+    end: u64,
+}
+
+/// The renewals and extensions of one lock under way, and what they tell about Redis's
+/// expiry once answered. Redis applies overlapping updates in an order the client
+/// cannot see (a renewal sent just before a short `extend` may run after it, or
+/// before), and its expiry is the one the last applied set. A *round* is a run of
+/// updates each sent while another was unanswered; every update before a round was
+/// answered before the round began, so Redis applied it before any of the round's.
+/// Once any update of a round is confirmed, the last one Redis applied is one of the
+/// round's, so the expiry is at least the earliest end among them (counted from before
+/// each was sent): that, and never less than it, is the estimate — one update alone
+/// sets it exactly. An unconfirmed outcome (no answer, cancelled) may have been
+/// applied or not: it can only lower the estimate to its own end.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Updates {
+    in_flight: u32,
+    /// The earliest end among the current round's updates.
+    round_floor: u64,
+}
+
+impl Updates {
+    fn start(&mut self, end: u64) {
+        self.round_floor = if self.in_flight == 0 {
+            end
+        } else {
+            self.round_floor.min(end)
+        };
+        self.in_flight += 1;
+    }
+
+    /// The estimate after the update ending at `end` was answered (`confirmed`), given
+    /// the estimate `before` it.
+    fn finish(&mut self, before: u64, end: u64, confirmed: bool) -> u64 {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if confirmed {
+            self.round_floor
+        } else {
+            before.min(end)
+        }
+    }
+}
+
+/// One renewal or extension under way (see [`Updates`] for what its answer tells).
+/// Dropped unfinished (its future cancelled), it counts as unknown.
 pub(crate) struct LeaseUpdate<'a> {
     state: &'a LockState,
-    ticket: u64,
-    sent_at: Instant,
-    lease: Duration,
+    ticket: Ticket,
     finished: bool,
 }
 
@@ -256,8 +285,7 @@ impl LeaseUpdate<'_> {
 
     fn finish(&mut self, confirmed: bool) {
         if !std::mem::replace(&mut self.finished, true) {
-            self.state
-                .finish_update(self.ticket, self.sent_at, self.lease, confirmed);
+            self.state.finish_update(self.ticket, confirmed);
         }
     }
 }
@@ -301,8 +329,110 @@ mod tests {
         LockState::new(Instant::now(), lease, Some(turn), Label::unlabelled())
     }
 
+    /// The estimate after a sequence of updates, each `(start, end, confirmed)` in the
+    /// order events happen: `Start(end)` sends one, `Finish(i, confirmed)` answers the
+    /// `i`-th sent.
+    fn estimate_after(initial: u64, events: &[Event]) -> u64 {
+        let mut updates = Updates::default();
+        let mut estimate = initial;
+        let mut ends = Vec::new();
+        for event in events {
+            match *event {
+                Event::Start(end) => {
+                    updates.start(end);
+                    estimate = estimate.min(end);
+                    ends.push(end);
+                }
+                Event::Finish(i, confirmed) => {
+                    estimate = updates.finish(estimate, ends[i], confirmed);
+                }
+            }
+        }
+        estimate
+    }
+
+    #[derive(Clone, Copy)]
+    enum Event {
+        Start(u64),
+        Finish(usize, bool),
+    }
+    use Event::{Finish, Start};
+
+    #[test]
+    fn overlapping_confirmed_updates_leave_the_earliest_of_their_ends() {
+        // A grant's estimate is its grace (100); its confirmation (to 10_000) and the
+        // user's `extend` right after (to 10_050) overlap, and both are confirmed:
+        // Redis applied one of them last, so it holds at least 10_000 (issue 33: the
+        // estimate stayed at the grace and the guard believed itself lost).
+        for order in [[0, 1], [1, 0]] {
+            let events = [
+                Start(10_000),
+                Start(10_050),
+                Finish(order[0], true),
+                Finish(order[1], true),
+            ];
+            assert_eq!(estimate_after(100, &events), 10_000);
+        }
+        // A renewal (to 30_000) and a short extend (to 500) overlap: either may have run
+        // last, so the shorter bounds the estimate, whichever answers first, and at
+        // every step.
+        for order in [[0, 1], [1, 0]] {
+            let mut events = vec![Start(30_000), Start(500)];
+            assert_eq!(
+                estimate_after(20_000, &events),
+                500,
+                "while both are on their way"
+            );
+            events.push(Finish(order[0], true));
+            assert_eq!(
+                estimate_after(20_000, &events),
+                500,
+                "after the first answer"
+            );
+            events.push(Finish(order[1], true));
+            assert_eq!(estimate_after(20_000, &events), 500);
+        }
+    }
+
+    #[test]
+    fn one_update_alone_sets_the_estimate_and_an_unknown_one_only_lowers_it() {
+        assert_eq!(
+            estimate_after(10_000, &[Start(1_000), Finish(0, true)]),
+            1_000
+        );
+        assert_eq!(
+            estimate_after(1_000, &[Start(20_000), Finish(0, true)]),
+            20_000
+        );
+        // No answer: it may or may not have been applied.
+        assert_eq!(
+            estimate_after(1_000, &[Start(20_000), Finish(0, false)]),
+            1_000
+        );
+        assert_eq!(estimate_after(5_000, &[Start(800), Finish(0, false)]), 800);
+        // An unknown one in the same round as a confirmed one: it may have run last.
+        let events = [
+            Start(20_000),
+            Start(15_000),
+            Finish(1, false),
+            Finish(0, true),
+        ];
+        assert_eq!(estimate_after(1_000, &events), 15_000);
+        // A new round starts once every update was answered: the earlier round's
+        // shorter end no longer bounds it.
+        let events = [
+            Start(500),
+            Start(30_000),
+            Finish(0, true),
+            Finish(1, true),
+            Start(40_000),
+            Finish(2, true),
+        ];
+        assert_eq!(estimate_after(100, &events), 40_000);
+    }
+
     #[tokio::test]
-    async fn only_an_update_nothing_overlapped_sets_the_lease_estimate() {
+    async fn only_an_update_nothing_overlapped_sets_the_lease_estimate_alone() {
         let state = state(Duration::from_secs(10)).await;
         let long = state.remaining();
         // Alone and confirmed: the estimate follows it, shorter or longer.
@@ -311,14 +441,21 @@ mod tests {
         state.begin_update(Duration::from_secs(20)).confirmed();
         assert!(state.remaining() > long);
         // A renewal and a short extend overlap: Redis may apply either last, so
-        // neither may lengthen the estimate, and the shorter one bounds it.
-        let renewal = state.start_update();
+        // neither may lengthen the estimate past the shorter one.
+        let renewal = state.start_update(Instant::now(), Duration::from_secs(30));
         let extend = state.begin_update(Duration::from_millis(500));
-        let sent_at = Instant::now();
         extend.confirmed();
-        state.finish_update(renewal, sent_at, Duration::from_secs(30), true);
+        state.finish_update(renewal, true);
         assert!(state.remaining() <= Duration::from_millis(500));
+        // Two overlapping updates to 10 s, both confirmed: the estimate is about 10 s,
+        // not what it was before them.
+        let first = state.start_update(Instant::now(), Duration::from_secs(10));
+        let second = state.begin_update(Duration::from_secs(10));
+        second.confirmed();
+        state.finish_update(first, true);
+        assert!(state.remaining() > Duration::from_secs(9));
         // An unknown outcome can only lower it; a cancelled update counts as unknown.
+        state.begin_update(Duration::from_millis(500)).confirmed();
         drop(state.begin_update(Duration::from_secs(60)));
         assert!(state.remaining() <= Duration::from_millis(500));
         state.begin_update(Duration::from_secs(60)).unknown();

@@ -20,7 +20,7 @@ use crate::config::ClientConfig;
 use crate::masters::Masters;
 use crate::metrics;
 use crate::node::Verdict;
-use crate::state::LockState;
+use crate::state::{LockState, Ticket};
 
 struct Watched {
     key: String,
@@ -141,14 +141,14 @@ async fn renew_all(shared: &Shared, masters: &Masters) {
     let valid_for = masters.validity(lease);
     // Started before the pipeline is sent (see `LeaseUpdate`).
     let sent_at = Instant::now();
-    let tickets: Vec<u64> = locks
+    let tickets: Vec<Ticket> = locks
         .iter()
-        .map(|(_, watched)| watched.state.start_update())
+        .map(|(_, watched)| watched.state.start_update(sent_at, valid_for))
         .collect();
     let renewed = masters.renew(&pairs, lease_ms).await;
     for (((id, watched), renewed), ticket) in locks.iter().zip(renewed).zip(tickets) {
         let state = &watched.state;
-        state.finish_update(ticket, sent_at, valid_for, renewed == Some(Verdict::Ours));
+        state.finish_update(ticket, renewed == Some(Verdict::Ours));
         match renewed {
             Some(Verdict::Ours) => metrics::renewed(state.label()),
             Some(verdict) => {

@@ -12,6 +12,7 @@ const LAYERS: &[&str] = &[
     "error",         // LockError
     "config",        // client settings, limits, URL redaction
     "metrics",       // the `metrics` feature's instruments (empty functions without it)
+    "cleanup",       // spawn-on-drop; counting background tasks
     "scripts",       // the Lua scripts, key and channel names
     "sentinel",      // following the primary Sentinel names
     "connection",    // one server / cluster / sentinel connection; slots; slot-moving retries
@@ -26,7 +27,6 @@ const LAYERS: &[&str] = &[
     "turn",          // the in-process turn of a client's tasks
     "state",         // a held lock's shared state (lost? lease until?)
     "watchdog",      // batched renewal
-    "cleanup",       // spawn-on-drop
     "core",          // a client's shared core
     "guard",         // LockGuard
     "acquire",       // LockRequest: validate → take turn → attempt / wait

@@ -454,3 +454,106 @@ async fn after_shutdown_default_client_an_annotated_call_is_refused() {
         "{error:?}"
     );
 }
+
+/// A client whose release granted the key to a waiter that cannot confirm it (its
+/// process stalled, its connection open) checks a grace later that the grant was
+/// picked up, and passes it on if not. A shutdown right after that release waits for
+/// the check (issue 33): a process that exits when `shutdown` returns must not take the
+/// check with it, which left the next waiter asleep until the lease it was told.
+#[test]
+fn shutdown_waits_for_the_grant_checks_of_its_releases() {
+    const KEY: &str = "shutdown:grant";
+    let server = RedisServer::start();
+    let url = server.url();
+    let runtime = |name: &str| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name(name)
+            .build()
+            .unwrap()
+    };
+    let waitlist = || -> usize {
+        server
+            .cli(&["ZCARD", &format!("redlock:waitlist:{KEY}")])
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let limit = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < limit, "{what}: not within 10 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    // The holder, on a runtime the test drops as a process's exit would.
+    let holder_runtime = runtime("holder");
+    let holder = holder_runtime.block_on(LockClient::connect(&url)).unwrap();
+    let guard = holder_runtime
+        .block_on(holder.lock(KEY).lease(LEASE).acquire())
+        .unwrap();
+
+    // The first waiter, on a thread of its own that the test blocks later.
+    let (stalled_tx, stalled_rx) = std::sync::mpsc::channel();
+    let stalled_url = url.clone();
+    let stalled = std::thread::spawn(move || {
+        let stalled_runtime = runtime("stalled");
+        stalled_runtime.block_on(async move {
+            let client = LockClient::connect(&stalled_url).await.unwrap();
+            stalled_tx.send(tokio::runtime::Handle::current()).unwrap();
+            let acquired = client
+                .lock(KEY)
+                .wait(Duration::from_secs(30))
+                .lease(Duration::from_secs(10))
+                .acquire()
+                .await;
+            if let Ok(guard) = acquired {
+                let _ = guard.release().await;
+            }
+        });
+    });
+    let stalled_handle = stalled_rx.recv().unwrap();
+    until("the first waiter in line", &|| waitlist() == 1);
+
+    // The next waiter, which must get the key within the grace and some slack.
+    let next_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let next_url = url.clone();
+    let next = next_runtime.spawn(async move {
+        let client = LockClient::connect(&next_url).await.unwrap();
+        let guard = client
+            .lock(KEY)
+            .wait(Duration::from_secs(30))
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let got_it = Instant::now();
+        guard.release().await.unwrap();
+        got_it
+    });
+    until("the next waiter in line", &|| waitlist() == 2);
+
+    // The first waiter's only thread stops: the grant reaches its connection, unread.
+    stalled_handle.spawn(async { std::thread::sleep(Duration::from_secs(4)) });
+    std::thread::sleep(Duration::from_millis(100));
+    holder_runtime.block_on(async {
+        guard.release().await.unwrap();
+        holder.shutdown().await.unwrap();
+    });
+    let exited = Instant::now();
+    drop(holder_runtime);
+
+    let got_it = next_runtime.block_on(next).unwrap();
+    let after_exit = got_it.saturating_duration_since(exited);
+    assert!(
+        after_exit < Duration::from_secs(2),
+        "the next waiter got the key {after_exit:?} after the releasing process exited: \
+         the grant check went with it"
+    );
+    stalled.join().unwrap();
+}

@@ -10,6 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
+# Every dependency's sources, for every platform: the build fetches only Linux's, but
+# `tests/msrv.rs` reads every manifest (`cargo metadata --offline`) and `cargo package`
+# below works offline. On a fresh machine (an empty cargo home) nothing is there yet.
+echo "== cargo fetch --locked (every platform's dependencies)" >&2
+cargo fetch --locked --quiet
 for features in "" cluster sentinel tls metrics test-util; do
     echo "== cargo check -p redlock-runtime --no-default-features --features '$features'" >&2
     cargo check --locked --quiet -p redlock-runtime --no-default-features --features "$features" --lib

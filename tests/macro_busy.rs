@@ -90,6 +90,7 @@ fn predicates_sort_every_kind_of_error() {
         key: "k".into(),
         reached: 1,
         needed: 2,
+        sitting_out: Vec::new(),
     };
     assert!(quorum.is_unavailable() && !quorum.is_busy());
     let bad = LockError::InvalidKey {

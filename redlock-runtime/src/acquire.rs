@@ -339,13 +339,17 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                     tracing::debug!(key = %plan.key, "redlock: a grant came too late to be taken as it is; attempting");
                 }
             }
-            Ok(Outcome::NoQuorum { reached }) => {
+            Ok(Outcome::NoQuorum {
+                reached,
+                sitting_out,
+            }) => {
                 let needed = plan.core.masters().quorum();
                 let key = plan.key.clone();
                 let error = LockError::NoQuorum {
                     key,
                     reached,
                     needed,
+                    sitting_out,
                 };
                 attempts.back_off(error).await?
             }

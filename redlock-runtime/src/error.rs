@@ -121,7 +121,9 @@ pub enum LockError {
     },
 
     /// Fewer than a majority of the RedLock masters answered and may vote (a master
-    /// that restarted or may have lost data less than `max_lease` ago does not).
+    /// that restarted or may have lost data less than `max_lease` ago does not, nor one
+    /// redlock never used, until an operator vouches for it: see
+    /// `LockClient::vouch_for_blank_masters`).
     NoQuorum {
         /// The lock's key.
         key: String,
@@ -129,6 +131,12 @@ pub enum LockError {
         reached: usize,
         /// The majority.
         needed: usize,
+        /// The masters that answered but sit out their quarantine, in the order the
+        /// client was given them (password hidden), each with how long it has left at
+        /// most, as its clock counted when it answered. Empty when every master that
+        /// answered may vote (the others did not answer), and for a release, extension
+        /// or inspection, which no quarantine holds back.
+        sitting_out: Vec<(String, Duration)>,
     },
 
     /// The lock was acquired, but fewer replicas than required confirmed it (see
@@ -266,14 +274,37 @@ impl fmt::Display for LockError {
                 key,
                 reached,
                 needed,
-            } => write!(
+                sitting_out,
+            } if sitting_out.is_empty() => write!(
                 f,
                 "lock `{}`: only {reached} of the {needed} Redis masters needed for a majority \
                  answered and may vote (a master that restarted, lost data or was never used \
-                 by redlock less than max_lease ago does not: a first deployment waits \
-                 max_lease once)",
+                 by redlock less than max_lease ago does not; a new deployment's masters vote \
+                 at once when vouched for: `redlock vouch`)",
                 Preview(key)
             ),
+            LockError::NoQuorum {
+                key,
+                reached,
+                needed,
+                sitting_out,
+            } => {
+                write!(
+                    f,
+                    "lock `{}`: only {reached} of the {needed} Redis masters needed for a \
+                     majority answered and may vote; sitting out max_lease as restarted or \
+                     new:",
+                    Preview(key)
+                )?;
+                for (index, (url, left)) in sitting_out.iter().enumerate() {
+                    let comma = if index == 0 { "" } else { "," };
+                    write!(f, "{comma} {url} for {} more", Remaining(*left))?;
+                }
+                f.write_str(
+                    " (if this is a new deployment, vouch for its masters with `redlock vouch` \
+                     to have them vote at once: see LockClient::vouch_for_blank_masters)",
+                )
+            }
             LockError::NotReplicated {
                 key,
                 confirmed,
@@ -433,6 +464,21 @@ fn is_too_old(source: &redis::RedisError) -> bool {
             && source
                 .detail()
                 .is_some_and(|detail| detail.to_ascii_uppercase().contains("HELLO")))
+}
+
+/// How long a master still sits out, in a message: whole seconds (rounded up) from a
+/// second on, milliseconds below.
+struct Remaining(Duration);
+
+impl fmt::Display for Remaining {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        if ms < 1000 {
+            write!(f, "{ms}ms")
+        } else {
+            write!(f, "{}s", ms.div_ceil(1000))
+        }
+    }
 }
 
 /// What `PermitsMismatch` says: both kinds, in words.
@@ -869,6 +915,13 @@ mod tests {
                 key: key(),
                 reached: 1,
                 needed: 2,
+                sitting_out: Vec::new(),
+            },
+            LockError::NoQuorum {
+                key: key(),
+                reached: 0,
+                needed: 2,
+                sitting_out: vec![(url(), Duration::from_millis(42_300))],
             },
             LockError::NotReplicated {
                 key: key(),

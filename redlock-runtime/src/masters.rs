@@ -74,6 +74,9 @@ pub(crate) enum Outcome {
     /// Fewer than a majority of voting masters answered.
     NoQuorum {
         reached: usize,
+        /// The masters that answered but sit out a quarantine, in the order given, each
+        /// with how long it has left (at most `max_lease`).
+        sitting_out: Vec<(String, Duration)>,
     },
 }
 
@@ -372,7 +375,13 @@ impl Masters {
                 // No valid majority: undo on every master, the silent ones once they answer.
                 self.finish_in_background(pending, Some((key.to_owned(), owner.to_owned())));
                 self.warn_of_quarantine(&tally);
-                Ok(tally.failure(self.quorum()))
+                Ok(match tally.failure(self.quorum()) {
+                    Outcome::NoQuorum { reached, .. } => Outcome::NoQuorum {
+                        reached,
+                        sitting_out: self.sitting_out(&tally),
+                    },
+                    other => other,
+                })
             }
         }
     }
@@ -417,6 +426,22 @@ impl Masters {
         raised >= self.quorum()
     }
 
+    /// The masters `tally` found in quarantine, by URL, in the order given, each with
+    /// how long it has left (`max_lease` when it did not say: its quarantine is no
+    /// longer).
+    fn sitting_out(&self, tally: &Tally) -> Vec<(String, Duration)> {
+        tally
+            .quarantined()
+            .into_iter()
+            .map(|(index, left)| {
+                (
+                    self.nodes[index].url.clone(),
+                    left.unwrap_or(self.max_lease).min(self.max_lease),
+                )
+            })
+            .collect()
+    }
+
     /// Logs once per quarantine which masters are out of the vote, and why.
     fn warn_of_quarantine(&self, tally: &Tally) {
         for (index, votes) in tally.voters() {
@@ -425,7 +450,7 @@ impl Masters {
                 tracing::warn!(
                     node = %self.nodes[index].url,
                     max_lease = ?self.max_lease,
-                    "redlock: a master restarted, may have lost data, or was never used by redlock (a first deployment); it does not count toward a majority until max_lease has passed"
+                    "redlock: a master restarted, may have lost data, or was never used by redlock (a first deployment: `redlock vouch` ends that); it does not count toward a majority until max_lease has passed"
                 );
             }
         }
@@ -883,7 +908,7 @@ impl Tally {
     fn votes(&self) -> Vec<(usize, u64)> {
         self.granted
             .iter()
-            .filter(|(_, _, boot)| *boot == Boot::Votes)
+            .filter(|(_, _, boot)| boot.votes())
             .map(|(index, token, _)| (*index, *token))
             .collect()
     }
@@ -891,11 +916,7 @@ impl Tally {
     /// Whether a majority of votes is still possible (counting those yet to answer).
     fn may_reach_quorum(&self) -> bool {
         let outstanding = self.masters - self.finished;
-        let voting = self
-            .answers
-            .iter()
-            .filter(|(_, boot)| *boot == Boot::Votes)
-            .count();
+        let voting = self.answers.iter().filter(|(_, boot)| boot.votes()).count();
         voting + outstanding >= quorum_of(self.masters)
     }
 
@@ -919,16 +940,16 @@ impl Tally {
                 found: found.clone(),
             };
         }
-        let voting = self
-            .answers
-            .iter()
-            .filter(|(_, boot)| *boot == Boot::Votes)
-            .count();
+        let voting = self.answers.iter().filter(|(_, boot)| boot.votes()).count();
         // Decided early, the masters still to answer count as possible voters: the
         // key is contended, not out of reach.
         let outstanding = self.masters - self.finished;
         if voting + outstanding < quorum {
-            return Outcome::NoQuorum { reached: voting };
+            // The masters sitting out are named by `Masters`, which knows their URLs.
+            return Outcome::NoQuorum {
+                reached: voting,
+                sitting_out: Vec::new(),
+            };
         }
         Outcome::Busy {
             ttl: self.ttl.unwrap_or(Duration::ZERO),
@@ -942,7 +963,22 @@ impl Tally {
     fn voters(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
         self.answers
             .iter()
-            .map(|(index, boot)| (*index, *boot == Boot::Votes))
+            .map(|(index, boot)| (*index, boot.votes()))
+    }
+
+    /// The masters that answered from quarantine, by index, each with how long it has
+    /// left if it said.
+    fn quarantined(&self) -> Vec<(usize, Option<Duration>)> {
+        let mut out: Vec<(usize, Option<Duration>)> = self
+            .answers
+            .iter()
+            .filter_map(|(index, boot)| match boot {
+                Boot::Quarantined { left } => Some((*index, *left)),
+                Boot::Votes => None,
+            })
+            .collect();
+        out.sort_unstable_by_key(|(index, _)| *index);
+        out
     }
 }
 
@@ -960,6 +996,7 @@ impl QuorumError {
                 key: key.to_owned(),
                 reached,
                 needed: masters.quorum(),
+                sitting_out: Vec::new(),
             },
         }
     }
@@ -1023,6 +1060,10 @@ mod tests {
         ))
     }
 
+    const QUARANTINED: Boot = Boot::Quarantined {
+        left: Some(Duration::from_secs(43)),
+    };
+
     fn with(boot: Boot, reply: Option<(Attempt, Boot)>) -> Option<(Attempt, Boot)> {
         reply.map(|(attempt, _)| (attempt, boot))
     }
@@ -1075,16 +1116,24 @@ mod tests {
         tally.record(0, held());
         tally.record(1, held());
         for index in 2..5 {
-            tally.record(index, with(Boot::Quarantined, granted(1)));
+            tally.record(index, with(QUARANTINED, granted(1)));
         }
         assert_eq!(tally.decision(), Some(Decision::Lost));
         // Only two masters may vote at all: out of reach until the quarantine ends.
-        assert!(matches!(tally.failure(3), Outcome::NoQuorum { reached: 2 }));
+        assert!(matches!(
+            tally.failure(3),
+            Outcome::NoQuorum { reached: 2, .. }
+        ));
+        // The masters sitting out, in the order given, with how long each has left.
+        assert_eq!(
+            tally.quarantined(),
+            [2, 3, 4].map(|index| (index, Some(Duration::from_secs(43))))
+        );
         // Decided early, with masters still to answer, it is contention.
         let mut tally = Tally::new(5);
         tally.record(0, held());
-        tally.record(2, with(Boot::Quarantined, granted(1)));
-        tally.record(3, with(Boot::Quarantined, granted(1)));
+        tally.record(2, with(QUARANTINED, granted(1)));
+        tally.record(3, with(QUARANTINED, granted(1)));
         assert_eq!(tally.decision(), Some(Decision::Lost));
         assert!(matches!(
             tally.failure(3),
@@ -1094,13 +1143,13 @@ mod tests {
         // majority with two still to answer.
         let mut tally = Tally::new(5);
         for index in 2..5 {
-            tally.record(index, with(Boot::Quarantined, granted(1)));
+            tally.record(index, with(QUARANTINED, granted(1)));
         }
         assert_eq!(tally.decision(), Some(Decision::Lost));
         // A master restarted from a stale snapshot does not vote either.
         let mut tally = Tally::new(3);
         tally.record(0, granted(5));
-        tally.record(1, with(Boot::Quarantined, granted(6)));
+        tally.record(1, with(QUARANTINED, granted(6)));
         tally.record(2, held());
         assert_eq!(tally.decision(), Some(Decision::Lost));
     }
@@ -1110,11 +1159,15 @@ mod tests {
         // A rolling restart of every master without persistence, or a first deployment:
         // every master grants, none may vote (tests/redlock.rs replays the first).
         let mut tally = Tally::new(3);
-        tally.record(0, with(Boot::Quarantined, granted(5)));
-        tally.record(1, with(Boot::Quarantined, granted(6)));
+        tally.record(0, with(QUARANTINED, granted(5)));
+        tally.record(1, with(QUARANTINED, granted(6)));
         assert_eq!(tally.decision(), Some(Decision::Lost));
-        tally.record(2, with(Boot::Quarantined, granted(4)));
-        assert!(matches!(tally.failure(2), Outcome::NoQuorum { reached: 0 }));
+        tally.record(2, with(QUARANTINED, granted(4)));
+        assert!(matches!(
+            tally.failure(2),
+            Outcome::NoQuorum { reached: 0, .. }
+        ));
+        assert_eq!(tally.quarantined().len(), 3);
     }
 
     #[test]

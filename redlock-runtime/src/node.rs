@@ -100,8 +100,15 @@ pub(crate) enum Boot {
     Votes,
     /// In quarantine: restarted (empty, or from a snapshot or AOF), a replica promoted
     /// behind the master's address, flushed, or never used by redlock before — any of
-    /// which may miss locks still running. Does not vote.
-    Quarantined,
+    /// which may miss locks still running. Does not vote, for `left` more (by the
+    /// master's clock when it answered; `None` from a reply that does not say).
+    Quarantined { left: Option<Duration> },
+}
+
+impl Boot {
+    pub(crate) fn votes(self) -> bool {
+        self == Boot::Votes
+    }
 }
 
 /// A connection to one Redis server, shared by every lock of a client.
@@ -926,15 +933,18 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
         ))
     };
     let value = reply.get(1);
-    // The master's restart status comes last: after the token and the hand-off flag
-    // when acquired, after the ttl or type otherwise.
-    let boot_at = if matches!(reply.first(), Some(Value::Int(1))) {
-        3
-    } else {
-        2
+    // The master's restart status: after the token and the hand-off flag when
+    // acquired, after the ttl or type otherwise; how long its quarantine has left comes
+    // last (a reply without it, from an older script, says nothing of it).
+    let (boot_at, left_at) = match reply.first() {
+        Some(Value::Int(1)) => (3, 4),
+        Some(Value::Int(0)) => (2, 7),
+        _ => (2, 3),
     };
     let boot = match reply.get(boot_at) {
-        Some(Value::Int(2)) => Boot::Quarantined,
+        Some(Value::Int(2)) => Boot::Quarantined {
+            left: number(reply.get(left_at)).map(Duration::from_millis),
+        },
         _ => Boot::Votes,
     };
     let attempt = match reply.first() {
@@ -1177,7 +1187,7 @@ mod tests {
         assert!(
             matches!(attempt, Attempt::Busy { ttl, line, .. } if ttl == Duration::from_millis(250) && line == LineStatus::default())
         );
-        assert_eq!(boot, Boot::Quarantined);
+        assert_eq!(boot, Boot::Quarantined { left: None });
         // A busy reply carries the grant floor: the token the attempt took.
         let (attempt, _) = parse_attempt(vec![
             Value::Int(0),
@@ -1204,7 +1214,64 @@ mod tests {
         let (attempt, boot) =
             parse_attempt(vec![Value::Int(-1), bulk("list"), Value::Int(2)]).unwrap();
         assert!(matches!(attempt, Attempt::NotALock { found } if found == "list"));
-        assert_eq!(boot, Boot::Quarantined);
+        assert_eq!(boot, Boot::Quarantined { left: None });
+        // A quarantined master says for how long, last in each reply.
+        let ms = Duration::from_millis;
+        let (_, boot) = parse_attempt(vec![
+            Value::Int(1),
+            Value::Int(7),
+            Value::Int(0),
+            Value::Int(2),
+            Value::Int(43_001),
+        ])
+        .unwrap();
+        assert_eq!(
+            boot,
+            Boot::Quarantined {
+                left: Some(ms(43_001))
+            }
+        );
+        let busy = |boot, left| {
+            parse_attempt(vec![
+                Value::Int(0),
+                Value::Int(250),
+                Value::Int(boot),
+                Value::Int(0),
+                Value::Int(9),
+                Value::Int(8),
+                Value::Int(0),
+                Value::Int(left),
+            ])
+            .unwrap()
+            .1
+        };
+        assert_eq!(
+            busy(2, 500),
+            Boot::Quarantined {
+                left: Some(ms(500))
+            }
+        );
+        assert_eq!(busy(0, 0), Boot::Votes);
+        let (_, boot) = parse_attempt(vec![
+            Value::Int(-1),
+            bulk("hash"),
+            Value::Int(2),
+            Value::Int(9),
+        ])
+        .unwrap();
+        assert_eq!(boot, Boot::Quarantined { left: Some(ms(9)) });
+        // Fields after the ones this client knows are left alone.
+        let (attempt, boot) = parse_attempt(vec![
+            Value::Int(1),
+            Value::Int(7),
+            Value::Int(0),
+            Value::Int(2),
+            Value::Int(10),
+            bulk("a later field"),
+        ])
+        .unwrap();
+        assert!(matches!(attempt, Attempt::Acquired { token: 7, .. }));
+        assert_eq!(boot, Boot::Quarantined { left: Some(ms(10)) });
         // Replies of an older script (no restart status) still parse, as votes.
         let (_, boot) = parse_attempt(vec![Value::Int(0), Value::Int(5)]).unwrap();
         assert_eq!(boot, Boot::Votes);

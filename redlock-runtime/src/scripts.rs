@@ -181,21 +181,23 @@ pub(crate) fn all() -> [&'static redis::Script; 9] {
 /// the key busy marks the holder's lock *contended* (see [`CONTENDED`]), so that its
 /// release is published; a lock that nobody found busy is released without a message.
 ///
-/// Returns `{1, token, handed_off, boot}` when acquired (`handed_off` = 1 if the
-/// previous owner's lock was found and deleted) — just `token`, an integer, when both
-/// others are 0: the common reply, the cheapest for the client to read — `{0, pttl,
-/// boot, 0, floor, ms, registered}` when held by another owner or reserved for another
-/// waiter (`floor`: the token this attempt took, above every grant made before it and
-/// below every grant made after it: a grant message at or below it is stale, see
-/// `acquire`'s `wait_for_news`; `ms`: the server clock; `registered`: 1 when this
-/// attempt put the waiter in line, at `ms`), `{-1, type, boot}`
-/// when the key holds something redlock did not write. `boot`: 0 the master may vote; 2
-/// its quarantine runs and it may have forgotten locks that are still running.
+/// Returns `{1, token, handed_off, boot, left}` when acquired (`handed_off` = 1 if the
+/// previous owner's lock was found and deleted) — just `token`, an integer, when
+/// `handed_off` and `boot` are 0: the common reply, the cheapest for the client to
+/// read — `{0, pttl, boot, 0, floor, ms, registered, left}` when held by another owner
+/// or reserved for another waiter (`floor`: the token this attempt took, above every
+/// grant made before it and below every grant made after it: a grant message at or
+/// below it is stale, see `acquire`'s `wait_for_news`; `ms`: the server clock;
+/// `registered`: 1 when this attempt put the waiter in line, at `ms`), `{-1, type,
+/// boot, left}` when the key holds something redlock did not write. `boot`: 0 the
+/// master may vote; 2 its quarantine runs and it may have forgotten locks that are
+/// still running, for `left` ms more (rounded up; 0 when it votes). New fields go at
+/// the end of each reply: `node`'s `parse_attempt` reads the ones it knows.
 ///
 /// The restart marker [`BOOT_KEY`] holds `<run_id>:<since µs>:<origin>`: the process
 /// that serves the data, since when (server clock) its quarantine runs (0: none — only
-/// with the origin `vouched`, a marker written by hand for a deployment known to hold
-/// no lock; an older client's `0:blank` adoption is quarantined once), and whether it
+/// with the origin `vouched`, which [`VOUCH`] writes for a master of a deployment an
+/// operator vouches for; an older client's `0:blank` adoption is quarantined once), and whether it
 /// started `blank` (no marker at all) or from `stale` data (another process's marker).
 /// Whenever the marker does not name the running process — a restart, a promotion, a
 /// flush — the quarantine starts anew at that moment, so data lost without a restart
@@ -206,11 +208,12 @@ pub(crate) fn all() -> [&'static redis::Script; 9] {
 /// young while a lock runs), so no answer, not even every master's, may be taken for
 /// a fresh deployment. The cost is availability, once: a first deployment (or one
 /// that forgot everything) answers `NoQuorum` until `max_lease` has passed since a
-/// client first found it so.
+/// client first found it so — unless an operator, who knows it is new, vouches for
+/// its masters ([`VOUCH`]).
 pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(&format!(
         r#"
-local boot = 0
+local boot, left = 0, 0
 if ARGV[9] and ARGV[9] ~= '' then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local now = redis.call('TIME')
@@ -235,8 +238,11 @@ if ARGV[9] and ARGV[9] ~= '' then
     redis.call('SET', KEYS[4], run_id .. ':' .. string.format('%.0f', since) .. ':' .. origin)
   end
   since = tonumber(since)
-  if since ~= 0 and now_us - since <= tonumber(ARGV[9]) * 1000 then
+  local ends = since + tonumber(ARGV[9]) * 1000
+  if since ~= 0 and now_us <= ends then
     boot = 2
+    -- How long it still sits out (ms, rounded up): the client names it in `NoQuorum`.
+    left = math.ceil((ends - now_us) / 1000)
   end
 end
 local handed_off = 0
@@ -276,7 +282,7 @@ if not acquired then
       redis.call('DEL', KEYS[2])
     end
     if type(value) ~= 'string' then
-      return {{-1, redis.call('TYPE', KEYS[1])['ok'], boot}}
+      return {{-1, redis.call('TYPE', KEYS[1])['ok'], boot, left}}
     end
   end
 end
@@ -295,11 +301,11 @@ if acquired then
     -- The common case, as one integer: a reply the client reads without an array.
     return token
   end
-  return {{1, token, handed_off, boot}}
+  return {{1, token, handed_off, boot, left}}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then
-  return {{-1, 'string', boot}}
+  return {{-1, 'string', boot, left}}
 end
 {mark_contended}
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -321,7 +327,7 @@ end
 -- The token this attempt took is the grant floor: every grant made before it has a
 -- lower one, every grant made after it a higher one. The server clock, and whether
 -- this attempt put the waiter in line, time a later grant (see `acquire`).
-return {{0, ttl, boot, 0, token, ms, registered}}
+return {{0, ttl, boot, 0, token, ms, registered, left}}
 "#,
         token = next_token("KEYS[2]"),
         previous_owns = owned_by("held", "previous"),

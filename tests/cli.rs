@@ -702,3 +702,86 @@ async fn readers_and_permits_are_shown_and_unlock_force_evicts_them() {
         assert!(error.is_lost(), "{error}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vouch_lets_a_new_deployment_vote_at_once_and_refuses_a_used_master_in_one_line() {
+    // Build the command first (see `billing`).
+    tokio::task::spawn_blocking(|| {
+        binary();
+    })
+    .await
+    .expect("the build did not panic");
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let mut args = vec!["vouch"];
+    args.extend(urls.iter().map(String::as_str));
+
+    let vouched = run(&args, &[]).await;
+    assert_eq!(vouched.code, Some(0), "{vouched:?}");
+    assert_eq!(
+        vouched.stdout, "vouched for 3 masters: they vote at once\n",
+        "{vouched:?}"
+    );
+    for master in &masters {
+        let run_id = master.info_field("server", "run_id").unwrap();
+        assert_eq!(
+            master.cli(&["GET", "redlock:boot"]).trim(),
+            format!("{run_id}:0:vouched")
+        );
+    }
+    // Again, with the masters from REDLOCK_URL: nothing left to do.
+    let again = run(&["vouch"], &[("REDLOCK_URL", &urls.join(","))]).await;
+    assert_eq!(again.code, Some(0), "{again:?}");
+    assert!(
+        again.stdout.starts_with("nothing to vouch for"),
+        "{again:?}"
+    );
+    // A client of the deployment locks at once, with the default max_lease.
+    let client = LockClient::builder_for(&urls).connect().await.unwrap();
+    let guard = client
+        .lock("order:42")
+        .acquire()
+        .await
+        .expect("the vouched-for masters vote at once");
+
+    // Now it is in use: refused, in one line naming the master and the key.
+    let refused = run(&args, &[]).await;
+    let message = assert_one_line_error(&refused);
+    assert!(
+        message.starts_with(&format!(
+            "redlock: cannot vouch for the RedLock master {}: it holds ",
+            urls[0]
+        )),
+        "{message}"
+    );
+    guard.release().await.unwrap();
+
+    // A new deployment with a lock on one master: refused, nothing written anywhere.
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let owner = format!("{}:7", "ab12".repeat(8));
+    masters[2].cli(&[
+        "SET",
+        "order:7",
+        &format!("{owner} 1795404822378057 1795404822378 billing-7"),
+        "PX",
+        "60000",
+    ]);
+    let spec = masters
+        .iter()
+        .map(RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let refused = run(&["vouch", &spec, "--max-lease", "10s"], &[]).await;
+    let message = assert_one_line_error(&refused);
+    for needle in [masters[2].url().as_str(), "it holds `order:7`, a lock;"] {
+        assert!(message.contains(needle), "{needle:?}: {message}");
+    }
+    for master in &masters {
+        assert_eq!(master.cli(&["EXISTS", "redlock:boot"]).trim(), "0");
+    }
+
+    // One server has no quarantine to end: a one-line mistake, not a silent success.
+    let one = run(&["--url", &masters[0].url(), "vouch"], &[]).await;
+    let message = assert_one_line_error(&one);
+    assert!(message.contains("RedLock masters"), "{message}");
+}

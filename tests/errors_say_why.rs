@@ -262,6 +262,66 @@ async fn too_few_masters_or_replicas_are_unavailable_and_say_where_to_look() {
     );
 }
 
+#[tokio::test]
+async fn masters_sitting_out_are_named_with_their_time_and_a_used_one_refuses_a_vouch() {
+    // Masters redlock never used sit out max_lease: the error names each, and for how
+    // long, and says how a new deployment ends it.
+    let masters: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let redlock = LockClient::builder_for(&urls)
+        .connect()
+        .await
+        .expect("connect");
+    let error = redlock
+        .lock("order:5")
+        .acquire()
+        .await
+        .expect_err("blank masters sit out");
+    assert!(matches!(error, LockError::NoQuorum { .. }), "{error:?}");
+    let mut needles = vec![
+        "only 0 of the 2".to_owned(),
+        "sitting out max_lease as restarted or new:".to_owned(),
+        "`redlock vouch`".to_owned(),
+    ];
+    // The default max_lease, 60 s, rounded up; named in the order given.
+    needles.push(format!(
+        "{} for 60s more, {} for 60s more, {} for 60s more (",
+        urls[0], urls[1], urls[2]
+    ));
+    let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+    assert_says(&error, "unavailable", "order:5", &needles);
+
+    // A vouch for masters one of which holds a lock: misconfigured, naming the master
+    // and the lock's key.
+    let fresh: Vec<_> = (0..3).map(|_| RedisServer::start()).collect();
+    let owner = format!("{}:7", "ab12".repeat(8));
+    fresh[0].cli(&[
+        "SET",
+        "order:6",
+        &format!("{owner} 1795404822378057 1795404822378 billing-7"),
+        "PX",
+        "60000",
+    ]);
+    let client = LockClient::builder_for(fresh.iter().map(RedisServer::url))
+        .connect()
+        .await
+        .expect("connect");
+    let error = client.vouch_for_blank_masters().await.expect_err("in use");
+    assert!(matches!(error, LockError::NotBlank { .. }), "{error:?}");
+    assert_says(
+        &error,
+        "misconfigured",
+        "order:6",
+        &[
+            &format!(
+                "cannot vouch for the RedLock master {}: it holds `order:6`, a lock;",
+                fresh[0].url()
+            ),
+            "sit out max_lease",
+        ],
+    );
+}
+
 // ---- The default client, in child processes -------------------------------------
 
 #[distributed_lock(key = "order:<id>", wait = "1s", lease = "10s")]

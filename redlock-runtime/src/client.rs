@@ -178,7 +178,8 @@ impl LockClient {
     /// Connects even when a minority cannot be reached (they are retried on every use).
     /// Masters redlock has never used vote only once `max_lease` has passed since the
     /// first acquisition found them so (see [`LockClientBuilder::max_lease`]): a first
-    /// deployment answers [`LockError::NoQuorum`] until then.
+    /// deployment answers [`LockError::NoQuorum`] until then, unless an operator
+    /// vouches for its masters ([`LockClient::vouch_for_blank_masters`]).
     pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -352,6 +353,75 @@ impl LockClient {
     /// ```
     pub async fn evict(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         operate::evict(&self.inner, key).await
+    }
+
+    /// RedLock: vouches for masters that hold no redlock data as a new deployment, so
+    /// that they vote at once instead of sitting out [`max_lease`] first; returns how
+    /// many it vouched for. The command-line tool does the same: `redlock vouch
+    /// redis://a/ redis://b/ redis://c/`.
+    ///
+    /// A master redlock has never used cannot be told from one that forgot every lock
+    /// (restarted without persistence, flushed, replaced by an empty replica): both
+    /// hold nothing, so both sit out `max_lease` before they vote, and a first
+    /// deployment answers [`LockError::NoQuorum`] for that long. **Running this, you
+    /// assert that no lock taken on these masters can still run**: they are new, or
+    /// every client that ever used them has been stopped for longer than `max_lease`.
+    /// The client cannot check that, only refuse what plainly contradicts it. If a lock
+    /// taken before the masters lost their data still runs (a rolling restart without
+    /// persistence while it was held), vouching lets a second client take it at once.
+    ///
+    /// **All or nothing.** Every master of the client must answer, and each must be
+    /// blank: no lock under any key (a value redlock writes: held, kept, reserved, or
+    /// shares), no other key of redlock's (`redlock:…`: waitlists, eviction markers,
+    /// holders), and no restart marker (`redlock:boot`) but the one attempts leave on
+    /// a master found blank in its first quarantine — naming its running process, less
+    /// than `max_lease` old — beside which the fencing counter may be, as those
+    /// attempts leave it too (the vouch drops it: they won nothing, and tokens then
+    /// come from the master's clock, as after any restart). So vouching works after a
+    /// first deployment's `NoQuorum`, once the failed attempts have been undone. Any
+    /// other marker is refused: one naming another Redis process (the master
+    /// restarted with redlock's data), one older than `max_lease` (the master has
+    /// voted since), or the marker of an earlier vouch with a fencing counter beside it
+    /// (locks were taken since). One
+    /// master that is not blank refuses them all, with [`LockError::NotBlank`] naming
+    /// the master and the key that shows its use ([misconfigured](LockError::is_misconfigured)),
+    /// and nothing is written: a trace of redlock on any master says the deployment is
+    /// in use, and then its blank masters may be ones that lost their locks. A master
+    /// that does not answer fails the call with [`LockError::Connect`] naming it, and
+    /// nothing is written either. A master holding more than 100 000 keys is refused
+    /// too: each master's keys are looked through in one script, during which it
+    /// serves nobody else (about a second per million keys).
+    ///
+    /// Then each master is marked in one script that looks again before it writes, so
+    /// no attempt slips between the check and the write: an attempt that reached a
+    /// master after the first look (a client started meanwhile) makes that master
+    /// refuse ([`LockError::NotBlank`]), while the others stay vouched for — harmless,
+    /// since such an attempt is recorded on the master like any later one. A master
+    /// already vouched for by its running process, and unused since, is left as it is
+    /// and not counted: calling this again returns 0.
+    ///
+    /// The mark (`<run_id>:0:vouched` in `redlock:boot`) names the Redis process: a
+    /// master that restarts, is replaced or flushed after it sits out `max_lease` as
+    /// usual, so a rolling restart stays safe. `max_lease` is this client's: give it
+    /// the value the deployment's clients use.
+    ///
+    /// One server, a Cluster or Sentinel's primary never sits out a quarantine: this
+    /// returns [`LockError::InvalidOptions`] for such a client.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_runtime::LockError> {
+    /// use redlock_runtime::LockClient;
+    /// // A new deployment: nothing has run on these masters yet.
+    /// let client = LockClient::redlock(["redis://a:6379/", "redis://b:6379/", "redis://c:6379/"]).await?;
+    /// let vouched = client.vouch_for_blank_masters().await?;
+    /// println!("vouched for {vouched} masters");
+    /// let guard = client.lock("order:42").acquire().await?; // votes at once
+    /// # drop(guard); Ok(()) }
+    /// ```
+    ///
+    /// [`max_lease`]: LockClientBuilder::max_lease
+    pub async fn vouch_for_blank_masters(&self) -> Result<usize, LockError> {
+        operate::vouch_for_blank_masters(&self.inner).await
     }
 
     /// Ends the client's work, for a clean exit (a rolling deploy, SIGTERM): refuses
@@ -594,7 +664,8 @@ impl LockClientBuilder {
     /// enforced by the client. A master redlock has never used looks the same as one
     /// that forgot everything, so a first deployment costs this long too: its first
     /// acquisitions fail with [`LockError::NoQuorum`] until `max_lease` has passed
-    /// since the first of them. Give every client of the same masters a value at least
+    /// since the first of them, unless an operator vouches for its masters
+    /// ([`LockClient::vouch_for_blank_masters`], `redlock vouch`). Give every client of the same masters a value at least
     /// as long as any lease any of them takes, and no longer than needed. Unused with
     /// one server.
     pub fn max_lease(mut self, lease: Duration) -> Self {

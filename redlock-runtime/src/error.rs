@@ -24,7 +24,7 @@ use std::time::Duration;
 /// | [`Timeout`](LockError::Timeout) | busy ([`is_busy`](LockError::is_busy)) | Someone else holds the lock: skip this run, or wait longer |
 /// | [`Redis`](LockError::Redis) (but the replies below), [`NoQuorum`](LockError::NoQuorum), [`NotReplicated`](LockError::NotReplicated), [`Connect`](LockError::Connect) (server unreachable) | unavailable ([`is_unavailable`](LockError::is_unavailable)) | Retry later; alert if it lasts |
 /// | [`Lost`](LockError::Lost) | lost ([`is_lost`](LockError::is_lost)) | The work done under the lock may overlap another owner's: rely on the fencing token, use a longer lease or the watchdog |
-/// | [`InvalidKey`](LockError::InvalidKey), [`InvalidOptions`](LockError::InvalidOptions), [`Connect`](LockError::Connect) (unusable URL), [`Redis`](LockError::Redis) replying `WRONGTYPE`, `NOPERM` or an unknown command, [`NotRedis`](LockError::NotRedis), [`Auth`](LockError::Auth), [`Tls`](LockError::Tls), [`NoDefaultClient`](LockError::NoDefaultClient), [`PermitsMismatch`](LockError::PermitsMismatch), [`WouldDeadlock`](LockError::WouldDeadlock), [`NotALock`](LockError::NotALock) | misconfigured ([`is_misconfigured`](LockError::is_misconfigured)) | A person fixes the configuration or the code; retrying does not help |
+/// | [`InvalidKey`](LockError::InvalidKey), [`InvalidOptions`](LockError::InvalidOptions), [`Connect`](LockError::Connect) (unusable URL), [`Redis`](LockError::Redis) replying `WRONGTYPE`, `NOPERM` or an unknown command, [`NotRedis`](LockError::NotRedis), [`Auth`](LockError::Auth), [`Tls`](LockError::Tls), [`NoDefaultClient`](LockError::NoDefaultClient), [`PermitsMismatch`](LockError::PermitsMismatch), [`WouldDeadlock`](LockError::WouldDeadlock), [`NotALock`](LockError::NotALock), [`NotBlank`](LockError::NotBlank) | misconfigured ([`is_misconfigured`](LockError::is_misconfigured)) | A person fixes the configuration or the code; retrying does not help |
 /// | [`ShutDown`](LockError::ShutDown) | shut down | The program is ending: stop taking work |
 //
 // Display and Error are written out rather than derived with thiserror: the cause is
@@ -180,6 +180,22 @@ pub enum LockError {
     ShutDown {
         /// The lock's key.
         key: String,
+    },
+
+    /// `LockClient::vouch_for_blank_masters` (`redlock vouch`) refused: a RedLock
+    /// master holds redlock data, so redlock has used it and locks taken on it may
+    /// still run; or it holds more keys than a vouch looks through. When the masters
+    /// were first looked at, nothing was written on any of them; see that method for
+    /// the rare case of a client's attempt arriving in between.
+    NotBlank {
+        /// The master (password hidden).
+        url: String,
+        /// The Redis key that shows redlock used it: a lock's key, one of redlock's own
+        /// (`redlock:…`), or the restart marker `redlock:boot`. Empty when the master
+        /// holds too many keys to look through.
+        key: String,
+        /// What that key shows, in words (or how many keys the master holds).
+        found: String,
     },
 
     /// No client was given with `set_default_client` and none can be built from
@@ -339,6 +355,18 @@ impl fmt::Display for LockError {
                  the ones it held",
                 Preview(key)
             ),
+            LockError::NotBlank { url, key, found } => {
+                write!(f, "cannot vouch for the RedLock master {url}: it holds ")?;
+                if !key.is_empty() {
+                    write!(f, "`{}`, ", Preview(key))?;
+                }
+                f.write_str(found)?;
+                f.write_str(
+                    "; vouching is only for masters of a new deployment, on which no lock can \
+                     still run: let this one sit out max_lease instead, or clear it by hand if \
+                     you know no lock taken on it still runs",
+                )
+            }
             LockError::NoDefaultClient { key, reason } => {
                 write!(
                     f,
@@ -501,7 +529,8 @@ impl fmt::Display for SharesMessage {
 }
 
 impl LockError {
-    /// The lock key this error is about (empty for connection errors, which precede any key).
+    /// The lock key this error is about (empty for connection errors, which precede any
+    /// key); for [`LockError::NotBlank`], the Redis key that refused the vouch.
     pub fn key(&self) -> &str {
         match self {
             LockError::Timeout { key, .. }
@@ -515,6 +544,7 @@ impl LockError {
             | LockError::PermitsMismatch { key, .. }
             | LockError::WouldDeadlock { key }
             | LockError::ShutDown { key }
+            | LockError::NotBlank { key, .. }
             | LockError::NoDefaultClient { key, .. } => key,
             LockError::Connect { .. }
             | LockError::NotRedis { .. }
@@ -589,7 +619,7 @@ impl LockError {
     /// ([`LockError::Connect`] whose Redis error is `InvalidClientConfig`), a port that
     /// does not speak Redis, refused credentials, a failed TLS handshake, no default
     /// client, a semaphore asked for with another count, a write lock inside a read
-    /// lock, a key that holds something else.
+    /// lock, a key that holds something else, a vouch for a master redlock has used.
     ///
     /// ```
     /// # fn handle(error: redlock_runtime::LockError) {
@@ -612,7 +642,8 @@ impl LockError {
             | LockError::NoDefaultClient { .. }
             | LockError::PermitsMismatch { .. }
             | LockError::WouldDeadlock { .. }
-            | LockError::NotALock { .. } => true,
+            | LockError::NotALock { .. }
+            | LockError::NotBlank { .. } => true,
             _ => false,
         }
     }
@@ -864,6 +895,41 @@ mod tests {
         assert!(timeout(Duration::ZERO).ends_with("wait of 0s"));
     }
 
+    #[test]
+    fn no_quorum_names_each_master_sitting_out_and_for_how_long() {
+        let error = LockError::NoQuorum {
+            key: "k".into(),
+            reached: 0,
+            needed: 2,
+            sitting_out: vec![
+                (
+                    "redis://127.0.0.1:7001/".into(),
+                    Duration::from_millis(42_001),
+                ),
+                ("redis://127.0.0.1:7002/".into(), Duration::from_millis(999)),
+            ],
+        };
+        assert_eq!(
+            error.to_string(),
+            "lock `k`: only 0 of the 2 Redis masters needed for a majority answered and may \
+             vote; sitting out max_lease as restarted or new: redis://127.0.0.1:7001/ for 43s \
+             more, redis://127.0.0.1:7002/ for 999ms more (if this is a new deployment, vouch \
+             for its masters with `redlock vouch` to have them vote at once: see \
+             LockClient::vouch_for_blank_masters)"
+        );
+        let error = LockError::NotBlank {
+            url: "redis://127.0.0.1:7001/".into(),
+            key: String::new(),
+            found: "200000 keys".into(),
+        };
+        assert!(
+            error
+                .to_string()
+                .starts_with("cannot vouch for the RedLock master redis://127.0.0.1:7001/: it holds 200000 keys; "),
+            "{error}"
+        );
+    }
+
     /// One value of each variant.
     fn every_variant() -> Vec<LockError> {
         let redis = |kind, text: &str| redis::RedisError::from((kind, "failed", text.to_owned()));
@@ -935,6 +1001,11 @@ mod tests {
             },
             LockError::WouldDeadlock { key: key() },
             LockError::ShutDown { key: key() },
+            LockError::NotBlank {
+                url: url(),
+                key: "redlock:boot".into(),
+                found: "a restart marker".into(),
+            },
             LockError::NoDefaultClient {
                 key: key(),
                 reason: "no runtime".into(),
@@ -1010,6 +1081,7 @@ mod tests {
                 "NotALock",
                 "PermitsMismatch",
                 "WouldDeadlock",
+                "NotBlank",
                 "NoDefaultClient"
             ]
         );

@@ -266,7 +266,8 @@
 //! watchdog, owner tokens, the locks its guards hold, its background releases and
 //! their sending at exit on a connection of its own), reached through methods; `guard` is [`LockGuard`]; `acquire`
 //! is [`LockRequest`]; `operate` reads who holds a lock (or every lock matching a
-//! pattern) and force-unlocks ([`LockInfo`]); `client` is [`LockClient`] and its builder.
+//! pattern), force-unlocks ([`LockInfo`]) and vouches for a new RedLock deployment's
+//! masters; `client` is [`LockClient`] and its builder.
 //! The `redlock` command (`src/bin`, feature `cli`) uses the public API only.
 //!
 //! **Attribute** — `macro_support`: the default client, reentrancy, [`current_lock`],

@@ -670,6 +670,21 @@ impl Node {
             .await
     }
 
+    /// Looks whether this master holds no redlock data (see `scripts::VOUCH`), and with
+    /// `mark` vouches for it if so, in the same script; `quarantine_ms` is the client's
+    /// `max_lease`. Sent once: a vouch that met no answer may have run.
+    pub(crate) async fn vouch(&self, mark: bool, quarantine_ms: u64) -> RedisResult<Blankness> {
+        let mut connection = self.connection.clone();
+        let reply: Vec<Value> = scripts::VOUCH
+            .key(scripts::BOOT_KEY)
+            .arg(if mark { "1" } else { "" })
+            .arg(quarantine_ms)
+            .arg(scripts::VOUCH_KEYS_LOOKED_AT)
+            .invoke_async(&mut connection)
+            .await?;
+        parse_vouch(reply)
+    }
+
     /// Renews many locks in one pipelined round trip (on a cluster, one per slot in
     /// use, sent concurrently: a pipeline may not cross slots). Per lock, its verdict,
     /// or `None` when its renewal failed while others' went through (on a cluster, its
@@ -976,6 +991,77 @@ fn parse_attempt(reply: Vec<Value>) -> RedisResult<(Attempt, Boot)> {
         _ => Err(bad_reply()),
     }?;
     Ok((attempt, boot))
+}
+
+/// What the vouch script found on a master (see `scripts::VOUCH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Blankness {
+    /// It holds no redlock data: vouched for now (or it would be, when only looking).
+    Blank,
+    /// Its marker already vouches for its running process, and nothing was locked on
+    /// it since: nothing written.
+    AlreadyVouched,
+    /// Redlock used it: `key` shows how.
+    Used { key: String, sign: UseSign },
+    /// It holds more keys than a vouch looks through.
+    TooManyKeys { keys: u64 },
+}
+
+/// What shows that redlock used a master (see `scripts::VOUCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UseSign {
+    /// A lock's value: held, kept, reserved, or shares.
+    Lock,
+    /// Another key of redlock's: a waitlist, an eviction marker, a key's holders.
+    Internal,
+    /// The restart marker names another Redis process: it restarted with redlock's data.
+    Restarted,
+    /// The restart marker says it started from redlock's data (or an older client's
+    /// adoption), or it is not a marker.
+    Stale,
+    /// The restart marker is older than the quarantine: it may have voted for locks.
+    Voted,
+    /// The fencing counter, without the marker of a first quarantine: locks were taken.
+    Counter,
+}
+
+fn parse_vouch(reply: Vec<Value>) -> RedisResult<Blankness> {
+    let bad_reply = || {
+        redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected reply from the vouch script",
+            format!("{reply:?}"),
+        ))
+    };
+    let text = |value: Option<&Value>| match value {
+        Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Some(Value::SimpleString(text)) => Some(text.clone()),
+        _ => None,
+    };
+    match reply.first() {
+        Some(Value::Int(1)) => Ok(Blankness::Blank),
+        Some(Value::Int(2)) => Ok(Blankness::AlreadyVouched),
+        Some(Value::Int(-1)) => match reply.get(1) {
+            Some(Value::Int(keys)) => Ok(Blankness::TooManyKeys {
+                keys: u64::try_from(*keys).unwrap_or(0),
+            }),
+            _ => Err(bad_reply()),
+        },
+        Some(Value::Int(0)) => {
+            let key = text(reply.get(1)).ok_or_else(bad_reply)?;
+            let sign = match text(reply.get(2)).as_deref() {
+                Some("lock") => UseSign::Lock,
+                Some("internal") => UseSign::Internal,
+                Some("restarted") => UseSign::Restarted,
+                Some("voted") => UseSign::Voted,
+                Some("used") => UseSign::Counter,
+                Some(_) => UseSign::Stale,
+                None => return Err(bad_reply()),
+            };
+            Ok(Blankness::Used { key, sign })
+        }
+        _ => Err(bad_reply()),
+    }
 }
 
 /// What one acquire script run asks for.
@@ -1293,6 +1379,41 @@ mod tests {
         assert!(matches!(attempt, Attempt::Busy { .. }));
         assert!(parse_acquire_reply(Value::Int(0)).is_err());
         assert!(parse_acquire_reply(bulk("1")).is_err());
+    }
+
+    #[test]
+    fn vouch_replies_say_blank_vouched_or_what_shows_use() {
+        assert_eq!(parse_vouch(vec![Value::Int(1)]).unwrap(), Blankness::Blank);
+        assert_eq!(
+            parse_vouch(vec![Value::Int(2)]).unwrap(),
+            Blankness::AlreadyVouched
+        );
+        assert_eq!(
+            parse_vouch(vec![Value::Int(0), bulk("order:1"), bulk("lock")]).unwrap(),
+            Blankness::Used {
+                key: "order:1".into(),
+                sign: UseSign::Lock
+            }
+        );
+        for (why, sign) in [
+            ("internal", UseSign::Internal),
+            ("restarted", UseSign::Restarted),
+            ("stale", UseSign::Stale),
+            ("voted", UseSign::Voted),
+            ("used", UseSign::Counter),
+        ] {
+            assert!(matches!(
+                parse_vouch(vec![Value::Int(0), bulk("k"), bulk(why)]).unwrap(),
+                Blankness::Used { sign: found, .. } if found == sign
+            ));
+        }
+        assert_eq!(
+            parse_vouch(vec![Value::Int(-1), Value::Int(200_000)]).unwrap(),
+            Blankness::TooManyKeys { keys: 200_000 }
+        );
+        assert!(parse_vouch(vec![]).is_err());
+        assert!(parse_vouch(vec![Value::Int(0)]).is_err());
+        assert!(parse_vouch(vec![Value::Int(-1)]).is_err());
     }
 
     #[test]

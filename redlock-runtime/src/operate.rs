@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::limits::check_key;
-use crate::node::{Holder, OLDER_HOLDER, Seen, Shares};
+use crate::node::{Blankness, Holder, OLDER_HOLDER, Seen, Shares, UseSign};
 
 /// A held lock, as `LockClient::inspect` and `LockClient::locks` see it: held whole
 /// (a plain or write lock: [`LockKind::Exclusive`]), or in shares (a read lock's
@@ -264,6 +264,117 @@ pub(crate) async fn evict(core: &Core, key: &str) -> Result<Option<LockInfo>, Lo
         );
     }
     Ok(evicted)
+}
+
+/// Vouches for every master of a RedLock client that holds no redlock data, or for
+/// none (see `LockClient::vouch_for_blank_masters`): how many it marked.
+pub(crate) async fn vouch_for_blank_masters(core: &Core) -> Result<usize, LockError> {
+    let masters = core.masters();
+    let Some(max_lease) = masters.max_lease() else {
+        return Err(LockError::invalid_settings(
+            "vouching (vouch_for_blank_masters, `redlock vouch`) is for RedLock masters, and \
+             this client has one server (or a Cluster, or the primary Sentinel names), which \
+             never sits out a quarantine: nothing to vouch for; list every master of the \
+             deployment",
+        ));
+    };
+    let quarantine_ms = max_lease.as_millis() as u64;
+    // First every master is looked at, and nothing is written unless all are blank: a
+    // trace of redlock on any of them says the deployment is in use, and then the blank
+    // ones may be masters that lost their locks.
+    for blankness in on_every_master(core, false, quarantine_ms).await? {
+        let (_, Blankness::Blank | Blankness::AlreadyVouched) = blankness else {
+            return Err(not_blank(blankness));
+        };
+    }
+    // Then each is vouched for in one script that looks again: a client's attempt that
+    // came in between is seen there, and that master is refused.
+    let mut vouched = 0;
+    let mut refused = None;
+    for blankness in on_every_master(core, true, quarantine_ms).await? {
+        match blankness {
+            (_, Blankness::Blank) => vouched += 1,
+            (_, Blankness::AlreadyVouched) => {}
+            other => {
+                refused.get_or_insert(other);
+            }
+        }
+    }
+    if let Some(refused) = refused {
+        return Err(not_blank(refused));
+    }
+    tracing::info!(
+        vouched,
+        masters = core.url(),
+        caller = core.config().name.as_str(),
+        "redlock: vouched for the masters of a new deployment: they vote at once"
+    );
+    Ok(vouched)
+}
+
+/// Runs the vouch script on every master at once (`mark`: vouch, else look), each
+/// bounded by the response timeout; what each found, by URL, in the order given. The
+/// first master that failed or did not answer is the error.
+async fn on_every_master(
+    core: &Core,
+    mark: bool,
+    quarantine_ms: u64,
+) -> Result<Vec<(String, Blankness)>, LockError> {
+    let limit = core.config().response_timeout;
+    let nodes = core.masters().nodes();
+    let replies = futures_util::future::join_all(
+        nodes
+            .iter()
+            .map(|node| tokio::time::timeout(limit, node.vouch(mark, quarantine_ms))),
+    )
+    .await;
+    nodes
+        .iter()
+        .zip(replies)
+        .map(|(node, reply)| match reply {
+            Ok(Ok(blankness)) => Ok((node.url.clone(), blankness)),
+            Ok(Err(source)) => Err(LockError::connect(&node.url, source)),
+            Err(_) => Err(LockError::connect(
+                &node.url,
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer within the response timeout; a vouch needs every master",
+                )),
+            )),
+        })
+        .collect()
+}
+
+/// The refusal of a master that is not blank.
+fn not_blank((url, blankness): (String, Blankness)) -> LockError {
+    let (key, found) = match blankness {
+        Blankness::Used { key, sign } => {
+            let found = match sign {
+                UseSign::Lock => "a lock",
+                UseSign::Internal => "a key of redlock's",
+                UseSign::Restarted => {
+                    "a restart marker naming another Redis process (it restarted with redlock's data)"
+                }
+                UseSign::Stale => {
+                    "a restart marker from before (it restarted with redlock's data, or an older redlock wrote it)"
+                }
+                UseSign::Voted => {
+                    "a restart marker older than max_lease (it may have voted for locks since)"
+                }
+                UseSign::Counter => "a fencing counter (locks were taken on it)",
+            };
+            (key, found.to_owned())
+        }
+        Blankness::TooManyKeys { keys } => (
+            String::new(),
+            format!(
+                "{keys} keys, more than the {} a vouch looks through",
+                crate::scripts::VOUCH_KEYS_LOOKED_AT
+            ),
+        ),
+        Blankness::Blank | Blankness::AlreadyVouched => (String::new(), "nothing".to_owned()),
+    };
+    LockError::NotBlank { url, key, found }
 }
 
 /// Bounds one operation by the response timeout (twice, for RedLock's fan-out and a

@@ -39,7 +39,9 @@
 //! majority until every lock it may have forgotten has expired. The acquire script
 //! keeps a restart marker, [`BOOT_KEY`], naming the process that serves the data and
 //! since when; a change of process starts a quarantine there and then, which each
-//! client compares with its `max_lease`: see `Boot` in the `node` module.
+//! client compares with its `max_lease`: see `Boot` in the `node` module. A master of
+//! a new deployment sits one out too, unless an operator vouches for it ([`VOUCH`]:
+//! only when it holds no redlock data), which marks it with no quarantine.
 
 use std::sync::LazyLock;
 
@@ -134,7 +136,7 @@ end
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
 /// Every script the client runs on its servers, loaded at connect (`Node::load_scripts`).
-pub(crate) fn all() -> [&'static redis::Script; 9] {
+pub(crate) fn all() -> [&'static redis::Script; 10] {
     [
         &ACQUIRE,
         &SHARED_ACQUIRE,
@@ -145,6 +147,7 @@ pub(crate) fn all() -> [&'static redis::Script; 9] {
         &INSPECT,
         &FORCE_UNLOCK,
         &RAISE_FENCE,
+        &VOUCH,
     ]
 }
 
@@ -1356,5 +1359,110 @@ end
 return redis.status_reply('OK')
 "#,
         ours = owned_by("value", "ARGV[2]"),
+    ))
+});
+
+/// The most keys [`VOUCH`] looks through on one master: it reads them all in one
+/// script, during which the server serves nobody else (about a second per million
+/// keys). A master of a new deployment holds few, if any.
+pub(crate) const VOUCH_KEYS_LOOKED_AT: u64 = 100_000;
+
+/// KEYS: the restart marker ([`BOOT_KEY`]). ARGV: `1` to vouch for a blank master (else
+/// it only looks), the quarantine (the client's `max_lease`, ms), the most keys to look
+/// through ([`VOUCH_KEYS_LOOKED_AT`]). Vouches for a master that holds no redlock data —
+/// no lock, no key of redlock's — by writing the restart marker `<run_id>:0:vouched`
+/// ([`ACQUIRE`]'s marker with no quarantine): the master votes at once, until its
+/// process changes (a restart, a promotion, a flush starts a quarantine as usual).
+///
+/// Blank, besides a master with no key of redlock's at all, is one that holds only
+/// what attempts leave on a master still in its first quarantine: the marker naming
+/// its running process, found with no marker (`blank`) less than the quarantine ago,
+/// and the fencing counter. Not blank (refused, nothing written): a lock's value (held,
+/// kept, reserved, shares) under any key; any other key of redlock's (waitlists,
+/// eviction markers, holders, on a cluster behind a slot tag); a marker naming another
+/// process (the master restarted with redlock's data), one from stale data or an older
+/// client, one older than the quarantine (the master may have voted), one that is not
+/// a marker; a vouched marker with a fencing counter beside it (locks were taken
+/// since: a vouch drops the counter of the first quarantine's attempts, which won
+/// nothing, so that this holds). Check and write are one script: an attempt cannot
+/// slip between them.
+///
+/// Returns `{1}` blank (marked when asked), `{2}` already vouched for by its running
+/// process and unused since (nothing written), `{0, key, why}` not blank (`why`:
+/// `lock`, `internal`, `restarted`, `stale`, `voted`, `used`), `{-1, keys}` more keys
+/// than it looks through.
+pub(crate) static VOUCH: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        r#"
+{IS_LOCK}
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local now = redis.call('TIME')
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local vouched = run_id .. ':0:vouched'
+local already = false
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' then
+  if kind ~= 'string' then
+    return {{0, KEYS[1], 'stale'}}
+  end
+  local marker = redis.call('GET', KEYS[1])
+  if marker == vouched then
+    already = true
+  else
+    local id, since, origin = string.match(marker, '^(%w+):(%d+):(%a+)$')
+    if not id then
+      return {{0, KEYS[1], 'stale'}}
+    end
+    if id ~= run_id then
+      return {{0, KEYS[1], 'restarted'}}
+    end
+    if origin ~= 'blank' or since == '0' then
+      return {{0, KEYS[1], 'stale'}}
+    end
+    if now_us - tonumber(since) > tonumber(ARGV[2]) * 1000 then
+      return {{0, KEYS[1], 'voted'}}
+    end
+  end
+end
+local size = redis.call('DBSIZE')
+if size > tonumber(ARGV[3]) then
+  return {{-1, size}}
+end
+local cursor = '0'
+repeat
+  local page = redis.call('SCAN', cursor, 'COUNT', 1000)
+  cursor = page[1]
+  for _, key in ipairs(page[2]) do
+    if key == '{FENCE_KEY}' then
+      -- Left by attempts during the first quarantine; after a vouch, by locks taken.
+      if already or kind == 'none' then
+        return {{0, key, 'used'}}
+      end
+    elseif key ~= KEYS[1] then
+      if string.sub(key, 1, {reserved_len}) == '{RESERVED_PREFIX}' or string.find(key, '^{{[^}}]*}}{RESERVED_PREFIX}') then
+        return {{0, key, 'internal'}}
+      end
+      if redis.call('TYPE', key)['ok'] == 'string' and redis.call('STRLEN', key) <= 1024 then
+        local value = redis.call('GET', key)
+        if is_lock(value) or string.find(value, '^reserved:%S+$') or string.find(value, '^shared:%d+$') then
+          return {{0, key, 'lock'}}
+        end
+      end
+    end
+  end
+until cursor == '0'
+if already then
+  return {{2}}
+end
+if ARGV[1] == '1' then
+  redis.call('SET', KEYS[1], vouched)
+  -- The counter of the first quarantine's attempts (they won nothing: no master voted)
+  -- goes, so that a counter beside a vouched marker always means locks taken since.
+  -- Tokens then come from the clock, as after any restart (see "Fencing tokens").
+  redis.call('DEL', '{FENCE_KEY}')
+end
+return {{1}}
+"#,
+        reserved_len = RESERVED_PREFIX.len(),
     ))
 });

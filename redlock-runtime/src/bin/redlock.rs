@@ -8,10 +8,13 @@
 //! redlock inspect order:42        # one key; exit code 1 when free
 //! redlock unlock order:42 --force # frees it whoever holds it; prints whom it evicted
 //! redlock watch order:42          # follows it live until Ctrl-C
+//! redlock vouch redis://a/ redis://b/ redis://c/
+//!                                 # a new RedLock deployment's masters vote at once
 //! ```
 //!
 //! The servers come from `--url` or `REDLOCK_URL`, in any mode's syntax: one URL,
-//! a comma-separated list for RedLock, `cluster:…` or `sentinel:NAME:…`.
+//! a comma-separated list for RedLock, `cluster:…` or `sentinel:NAME:…`; `vouch` takes
+//! the masters as arguments too.
 //! Exit codes: 0 done, 1 the key is free (`inspect`, `unlock`), 2 an error (one line
 //! on stderr).
 
@@ -26,7 +29,7 @@ use redlock_runtime::{LockClient, LockError, LockInfo, LockKind};
 #[command(
     name = "redlock",
     version,
-    about = "Inspect and free redlock locks in Redis"
+    about = "Inspect and free redlock locks in Redis; vouch for a new RedLock deployment"
 )]
 struct Cli {
     /// The Redis server(s): a URL, a comma-separated list (RedLock), `cluster:URL,…`
@@ -71,6 +74,17 @@ enum Command {
         /// How often to look, e.g. `200ms`.
         #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
         every: Duration,
+    },
+    /// Vouches for the masters of a new RedLock deployment, so that they vote at once
+    /// instead of sitting out max_lease: you assert that no lock taken on them can
+    /// still run (they are new, or every client of theirs has been stopped for longer
+    /// than max_lease). Refuses them all, writing nothing, if any holds redlock data.
+    Vouch {
+        /// Every master of the deployment (default: those of --url / REDLOCK_URL).
+        urls: Vec<String>,
+        /// The deployment's max_lease, as its clients set it, e.g. `60s` (the default).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        max_lease: Option<Duration>,
     },
 }
 
@@ -135,7 +149,11 @@ fn fail(Failure(message): Failure) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
-    let Some(url) = cli.url.filter(|url| !url.trim().is_empty()) else {
+    let url = match &cli.command {
+        Command::Vouch { urls, .. } if !urls.is_empty() => Some(urls.join(",")),
+        _ => cli.url,
+    };
+    let Some(url) = url.filter(|url| !url.trim().is_empty()) else {
         return Err(Failure(
             "no server given: pass --url redis://host:port/ or set REDLOCK_URL".into(),
         ));
@@ -150,16 +168,22 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         )));
     }
     let host = gethostname::gethostname();
-    let client = LockClient::builder_from_spec(&url)
+    let mut builder = LockClient::builder_from_spec(&url)
         .name(format!(
             "redlock-cli@{}:{}",
             host.to_string_lossy(),
             std::process::id()
         ))
         .connect_timeout(cli.timeout)
-        .response_timeout(cli.timeout)
-        .connect()
-        .await?;
+        .response_timeout(cli.timeout);
+    if let Command::Vouch {
+        max_lease: Some(max_lease),
+        ..
+    } = &cli.command
+    {
+        builder = builder.max_lease(*max_lease);
+    }
+    let client = builder.connect().await?;
     let mut out = std::io::stdout().lock();
     let written = |result: std::io::Result<()>| {
         result.map_err(|error| Failure(format!("cannot write the output: {error}")))
@@ -230,6 +254,18 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 Ok(ExitCode::from(1))
             }
         },
+        Command::Vouch { .. } => {
+            let vouched = client.vouch_for_blank_masters().await?;
+            written(match vouched {
+                0 => writeln!(
+                    out,
+                    "nothing to vouch for: every master was already vouched for"
+                ),
+                1 => writeln!(out, "vouched for 1 master: it votes at once"),
+                n => writeln!(out, "vouched for {n} masters: they vote at once"),
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Watch { key, every } => {
             if every.is_zero() {
                 return Err(Failure("--every must be above zero".into()));

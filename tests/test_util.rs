@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use redlock_runtime::test_util::RedisServer;
+use redlock_runtime::test_util::{RedisServer, RedlockMasters};
 use redlock_testkit::redis_cli;
 
 /// Set in the child process, which starts a server and prints what it got.
@@ -95,6 +95,62 @@ async fn its_client_takes_and_releases_a_lock() {
         .release()
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn redlock_masters_start_vouched_for_and_lock_at_once() {
+    let started = std::time::Instant::now();
+    let masters = RedlockMasters::start(3).await.unwrap();
+    assert_eq!(masters.servers().len(), 3);
+    assert_eq!(masters.spec(), masters.urls().join(","));
+    for server in masters.servers() {
+        assert_ne!(server.port(), 6379);
+        let run_id = redis_cli(server.port(), &["INFO", "server"])
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("run_id:").map(str::to_owned))
+            .unwrap();
+        assert_eq!(
+            redis_cli(server.port(), &["GET", "redlock:boot"]),
+            format!("{run_id}:0:vouched")
+        );
+    }
+    // Two clients, as two instances of a service: the masters vote at once (their
+    // default max_lease is 60 s), and they exclude each other.
+    let locks = masters.client().await.unwrap();
+    let guard = locks
+        .lock("report:daily")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("vouched-for masters vote at once");
+    let other = redlock_runtime::LockClient::builder_from_spec(&masters.spec())
+        .connect()
+        .await
+        .unwrap();
+    let busy = other.lock("report:daily").acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    guard.release().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // One master is one server: nothing to vouch for, and it locks.
+    let one = RedlockMasters::start(1).await.unwrap();
+    let guard = one
+        .client()
+        .await
+        .unwrap()
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let none = RedlockMasters::start(0).await.unwrap_err();
+    assert_eq!(none.kind(), std::io::ErrorKind::InvalidInput, "{none}");
+
+    // Stopping them: a dropped server is killed.
+    let servers = masters.into_servers();
+    let port = servers[0].port();
+    drop(servers);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }
 
 #[test]

@@ -165,7 +165,7 @@
 //! | `sentinel` | a primary that Redis Sentinel names, followed across failovers: [`LockClient::sentinel`][sentinel-fn], [`LockClientBuilder::sentinel`][sentinel-builder], `sentinel:NAME:` specs (the redis crate's Sentinel client) |
 //! | `tls` | `rediss://` URLs (rustls with its `ring` provider, through the redis crate's TLS), trusting the system's roots or [`LockClientBuilder::tls_root_certificate`]; without it a `rediss://` URL is refused at `connect()` with a message naming the feature |
 //! | `metrics` | the metrics below, through the `metrics` facade (any exporter) |
-//! | `test-util` | [`test_util::RedisServer`][test-util-server]: a throwaway `redis-server` on a free loopback port and a client connected to it, for testing your own code (a dev-dependency) |
+//! | `test-util` | [`test_util::RedisServer`][test-util-server]: a throwaway `redis-server` on a free loopback port and a client connected to it, for testing your own code (a dev-dependency); `test_util::RedlockMasters`: several, as RedLock masters vouched for, which lock at once |
 //! | `cli` | the `redlock` command: `cargo install --path redlock-runtime --features cli` from a checkout (with `cluster`, `sentinel` and `tls`, so that it reaches every mode) |
 //!
 //! Without `cluster` (or `sentinel`), a `cluster:` (or `sentinel:`) spec is refused at

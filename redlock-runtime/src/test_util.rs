@@ -1,4 +1,5 @@
-//! A throwaway `redis-server` for testing your own code (feature `test-util`).
+//! A throwaway `redis-server` for testing your own code (feature `test-util`), and
+//! throwaway RedLock masters ([`RedlockMasters`]).
 //!
 //! Redis is never mocked here, in our tests or in yours: [`RedisServer::start`] runs a
 //! real `redis-server` (the one on `PATH`, or the path in the environment variable
@@ -61,6 +62,36 @@
 //! end of their `wait`). For code that relies on the default client, give such a test
 //! a test binary of its own (one `tests/<name>.rs` file with one test) that starts the
 //! server and calls `redlock_runtime::set_default_client(redis.client().await?)` first.
+//!
+//! # RedLock
+//! [`RedlockMasters::start`] starts several servers as the masters of a new RedLock
+//! deployment, vouched for ([`LockClient::vouch_for_blank_masters`]): their clients
+//! lock at once, where masters redlock never used would first sit out `max_lease`
+//! (60 s by default) answering [`LockError::NoQuorum`].
+//!
+//! ```rust,test_harness
+//! use std::time::Duration;
+//! use redlock_runtime::test_util::RedlockMasters;
+//!
+//! #[tokio::test]
+//! async fn a_report_runs_once_across_three_masters() {
+//!     let masters = RedlockMasters::start(3).await.expect("start 3 masters");
+//!     let locks = masters.client().await.expect("connect");
+//!     let guard = locks
+//!         .lock("report:daily")
+//!         .lease(Duration::from_secs(5))
+//!         .acquire()
+//!         .await
+//!         .expect("the masters vote at once");
+//!     // Another instance, with the `REDLOCK_URL` your service would read:
+//!     let other = redlock_runtime::LockClient::builder_from_spec(&masters.spec())
+//!         .connect()
+//!         .await
+//!         .unwrap();
+//!     assert!(other.lock("report:daily").acquire().await.is_err());
+//!     guard.release().await.unwrap();
+//! }
+//! ```
 //!
 //! # When it cannot start
 //! [`RedisServer::start`] returns an [`io::Error`]: [`io::ErrorKind::NotFound`] when
@@ -158,6 +189,76 @@ impl Drop for RedisServer {
         // it returns promptly: the drop does not hang, even in a panicking test.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Throwaway RedLock masters: [`RedisServer`]s started as the masters of a new
+/// deployment and vouched for, so that their clients lock at once (see the
+/// [module docs](self#redlock)). Dropping it kills them all.
+#[derive(Debug)]
+pub struct RedlockMasters {
+    servers: Vec<RedisServer>,
+}
+
+impl RedlockMasters {
+    /// Starts `masters` servers (as [`RedisServer::start`] does, blocking the calling
+    /// thread while they start) and vouches for them with a client of their own
+    /// ([`LockClient::vouch_for_blank_masters`]). Use an odd number: 3 or 5. One
+    /// master is one server, which never sits a quarantine out: nothing to vouch for.
+    ///
+    /// Errors: those of [`RedisServer::start`]; [`io::ErrorKind::InvalidInput`] for 0
+    /// masters; and a vouch that failed, as an error of kind `Other` with its message.
+    pub async fn start(masters: usize) -> io::Result<RedlockMasters> {
+        if masters == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "RedlockMasters::start(0): a deployment needs at least one master (3 or 5 for RedLock)",
+            ));
+        }
+        let servers = (0..masters)
+            .map(|_| RedisServer::start())
+            .collect::<io::Result<Vec<_>>>()?;
+        let started = RedlockMasters { servers };
+        if masters > 1 {
+            let vouched = async {
+                let client = started.client().await?;
+                client.vouch_for_blank_masters().await?;
+                client.shutdown().await
+            };
+            vouched
+                .await
+                .map_err(|error: LockError| io::Error::other(error.to_string()))?;
+        }
+        Ok(started)
+    }
+
+    /// Each master's URL, in order.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// The masters as one `REDLOCK_URL` (comma-separated), for
+    /// [`LockClient::from_env`] or [`LockClient::builder_from_spec`].
+    pub fn spec(&self) -> String {
+        self.urls().join(",")
+    }
+
+    /// The servers, in order: their ports, their URLs.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+
+    /// The servers, to stop some: a dropped [`RedisServer`] is killed. A master
+    /// started again in its place is a new process, which sits out `max_lease` as
+    /// after any restart.
+    pub fn into_servers(self) -> Vec<RedisServer> {
+        self.servers
+    }
+
+    /// A RedLock [`LockClient`] over every master, with default settings. Call it
+    /// again for another client: one per instance of your service that a test plays.
+    pub async fn client(&self) -> Result<LockClient, LockError> {
+        LockClient::redlock(self.urls()).await
     }
 }
 

@@ -20,9 +20,11 @@
 //!   at once (`listen_everywhere`'s `live` flag); a subscription nobody listens to
 //!   lingers until the next tick;
 //! - **wake-up**: a release message (`R:<id>` for us or for another, `T`, empty =
-//!   free; merged as `Release::merge` does, and read only between attempts), or the
-//!   waiter's timer: the lease end it was told, or the fallback a grace after a
-//!   message reserving the key for another client;
+//!   free; merged as `Release::merge` does, and read between attempts: a message that
+//!   comes while an attempt is due is read after its reply), or the waiter's timer:
+//!   the lease end it was told, or the fallback a grace after a message reserving the
+//!   key for another client (a stopped process that resumes with a waiter's timer and
+//!   a grant message both due may take either first, as `tokio::select!` does);
 //! - **release**: RELEASE (owner check; an uncontended lock is deleted with no message,
 //!   a contended one goes through FREE_FOR_NEXT: drop expired registrations,
 //!   reserve the key for the waitlist's head for the grace and publish `R:<head>`, or
@@ -47,11 +49,21 @@
 //!   key's channel. The grantee holds from the message alone, its lease counted from
 //!   the grant (the client's conservative estimate: exact here), and at once
 //!   **confirms** (EXTEND with the owner check, to its full lease; a failed one marks
-//!   the lock lost: so does a grant read late, paused, or after its attempt found the
-//!   key evicted, which the confirmation finds gone). An **attempt** that finds the key granted to it takes
-//!   it (full lease, fresh token, `T:<ms>`). The client that granted **checks** a grace
-//!   later (LAPSED_GRANT): an absent key goes to the next in line; a key taken meanwhile
-//!   by an attempt is marked contended, so that its release goes through the waitlist.
+//!   the lock lost: the grant was evicted, or its grantee paused past the grace before
+//!   confirming). An **attempt** that finds the key granted to it takes it (full
+//!   lease, fresh token, `T:<ms>`). A grant message can race its waiter's attempt
+//!   (issue 33): it reaches a waiter whose attempt is due (woken by its timer or a
+//!   message, or retrying after a fresh subscription), or the waiter's timer is taken
+//!   first; the **busy** reply of that attempt carries its **grant floor** (the
+//!   attempt's own token: every grant made before the attempt is below it, every grant
+//!   made after above) and the waiter drops a grant at or below it, unread (made
+//!   before the attempt: lapsed, evicted or passed on, since the attempt did not find
+//!   the key granted to it). A grant read **late** (less than half its grace left:
+//!   none, in ticks) is not taken: the waiter attempts again, and its attempt takes the
+//!   key if it is still granted to it, with a token from Redis, or finds it busy and
+//!   registers again. The client that granted **checks** a grace later
+//!   (LAPSED_GRANT): an absent key goes to the next in line; a key taken meanwhile by
+//!   an attempt is marked contended, so that its release goes through the waitlist.
 //!   A waiter that gave up frees a grant made to it (LEAVE_WAITLIST). A crashed
 //!   client's subscription stays until Redis **notices** the disconnection (so a grant
 //!   can go to a dead client). **force_unlock** (at most once, by an operator) evicts
@@ -87,11 +99,21 @@
 //!   by `ZADD NX` comes back in line differs, which no property depends on).
 //! - One acquisition per task, one owner value per acquisition (the client's fresh
 //!   token per attempt only matters for replies lost mid-way, not modelled).
+//! - The grant floor as the last token issued before the busy attempt (the model's
+//!   busy attempt takes no token from the counter): it orders every grant as the
+//!   attempt's own token does, at or below it for a grant made before the attempt.
+//!   Since a message reaches its listener when published, the only grant at or below
+//!   a floor is one unread at the busy reply; the runtime's check of grants read later
+//!   (one slow on its way) has nothing to catch here.
 //! - Not modelled: `hold_at_least` (`K:` messages), try-locks (every attempt here
 //!   waits), cancellation clean-up, RedLock, Cluster, Sentinel; with grants: readers
 //!   and semaphores (granted together), a waitlist mixing grant-capable waiters with
 //!   older clients', a Redis restart, the client's drift allowance, a confirmation
-//!   delayed past the body's release (it is sent first).
+//!   delayed past the body's release (it is sent first), a grant parked for a waiter
+//!   that does not listen yet (`unclaimed`: the model's grant reaches only a listening
+//!   waiter, and is taken by its attempt otherwise). A grant tells the grantee's client
+//!   nothing else: a grant for a waiter of the client that already left is no news for
+//!   its other waiters (issue 33's third point: the model never posted it).
 //!
 //! # Properties, and the guarantees of RELIABILITY.md they stand for
 //! 1. **exclusion or fencing** (always; guarantees 1 and 2, with the assumptions
@@ -103,7 +125,9 @@
 //!    estimate.
 //!    And **fencing tokens increase** (always): of any two guards held, believed or
 //!    not, the later acquisition (a grant counts when the release makes it) has the
-//!    larger token.
+//!    larger token; and a guard within its lease that owns the key in Redis has a
+//!    token no lower than any guard that believed it held the lock has had: a fenced
+//!    store never refuses the key's holder.
 //! 2. **reservation within grace** (always; the fairness assumption's "a named client
 //!    that does not answer within the grace loses its turn", and guarantee 7's "no
 //!    place in a waiter waitlist" left behind for long): a key reserved for a waiter is
@@ -136,27 +160,32 @@
 //!    within grace** (always): from a grant until it is picked up (confirmed, or taken
 //!    by the grantee's attempt) or passes on, at most `grace` ticks pass in which a
 //!    running waiter waits, unless the client that granted it was crashed or paused
-//!    when its check was due. (The force_unlock setting's "exclusion or fencing" spares
-//!    the guard it evicted, which learns at its next renewal, confirmation or release.)
+//!    when its check was due. (The force_unlock settings' "exclusion or fencing" spares
+//!    the guard it evicted, which learns at its next renewal, confirmation or release;
+//!    a grant evicted before its waiter read it, only until that waiter's next attempt,
+//!    which shows it where the key stands.)
 //! 5. Examples (`sometimes`), so that the check is not vacuous: a lock is acquired; a
 //!    reservation is taken; the key is reserved for a waiter that does not come; a lock
 //!    is handed off inside a client; two guards believe at once (a paused holder past
 //!    its lease beside its successor, or across a restart); with grants: a grant
 //!    confirmed, a grant taken by the grantee's attempt, a lapsed grant passed on by
 //!    the check, a confirmation too late (the grant lapsed or was evicted), a key
-//!    granted to a waiter that does not come, a grant evicted by force_unlock.
+//!    granted to a waiter that does not come, a grant evicted by force_unlock, a grant
+//!    older than its waiter's busy attempt dropped, that waiter granted anew, a grant
+//!    read late and its waiter attempting again.
 //!
 //! The checker explores every state within the bounds (one acquisition per task, the
 //! ticks, at most one pause, one crash or one restart; with grants, one force_unlock
-//! in its setting) breadth-first, in three
-//! settings of 0.3–0.6 million states each, a few seconds each in a debug build.
-//! Broken variants of the model (release without the owner check, a reservation
-//! without expiry, no retry after a fresh subscription, a server clock behind after
-//! a restart, a lock taken from a reservation left uncontended) are each caught.
-//! With grants, four more settings of 0.35–1 million states (5–20 s each in debug),
-//! and five broken variants, each caught: a grant with the whole lease and no pick-up
-//! bound, a grant that lapses with the grace but unchecked, a grantee counting its grace from the message's arrival, a LAPSED_GRANT
-//! check that frees only an absent key, a grant of a shorter lease unannounced.
+//! in its settings) breadth-first, in three settings of 0.3–0.65 million states each
+//! (10–22 s each in a debug build on two cores, one test at a time). Broken variants
+//! of the model (release without the owner check, a reservation without expiry, no
+//! retry after a fresh subscription, a server clock behind after a restart, a lock
+//! taken from a reservation left uncontended) are each caught. With grants, six more
+//! settings of 0.4–1.2 million states (12–44 s each, the same way), and six broken
+//! variants, each caught: a grant with the whole lease and no pick-up bound, a grant
+//! that lapses with the grace but unchecked, a grantee counting its grace from the
+//! message's arrival, a LAPSED_GRANT check that frees only an absent key, a grant of a
+//! shorter lease unannounced, a grant honoured after its waiter's busy attempt.
 //!
 //! # What the model found
 //! With clients asking for different leases, "no forgotten waiter" failed for the
@@ -187,6 +216,36 @@
 //! contended, so that its release goes through the waitlist. (ACQUIRE marking a lock
 //! contended when others are in line also passes the model, at a command more on the
 //! uncontended path.)
+//!
+//! Issue 33 (found by a review and experiments against Redis; missed here): a grant
+//! and its waiter's attempt race. A release grants the key to a waiter whose attempt
+//! is due (woken by its timer, or retrying after a fresh subscription), or whose
+//! timer fires first when its stopped process resumes; the attempt is sent with the
+//! grant unread. By then the grant may have lapsed and the key gone to the next in
+//! line, or force_unlock evicted it and another took the key: the attempt finds the
+//! key busy, the waiter registers again under the same id, then reads the old grant
+//! and honours it. Read late, its EXTEND with the owner check alone passes against a
+//! later grant to that id (the holder in between released at once and granted it
+//! anew), and the guard keeps the old message's token, below the holder's in between:
+//! a fenced store refuses the key's holder. Read in time, the guard holds the key
+//! beside the holder its own attempt found. The model reached both (a grant reaches a
+//! waiter whose attempt is due), but its properties did not see them: "fencing tokens
+//! increase" compared only guards held at once (the holder in between had released),
+//! and "exclusion or fencing" spared every guard force_unlock evicted, even a grant
+//! read after its waiter's attempt found the next holder. Both now do (a fenced store
+//! never refuses the key's holder; an unread evicted grant is spared only until its
+//! waiter's next attempt). `a_grant_honoured_after_a_busy_attempt_is_caught` keeps the
+//! protocol as it was as a broken variant: "fencing tokens increase" fails in 14 steps
+//! (A holds, B waits; A releases while B's retry is due, granting B the key; B stops;
+//! the grant lapses; X takes the key; B resumes, its attempt finds X's lock; X
+//! releases and grants B anew; B confirms the old grant with its old token), and
+//! "exclusion or fencing" in 10 (the grant to B evicted while B's retry is due, the
+//! key taken by another; B's attempt finds it busy, and B holds the old grant beside
+//! that holder). The fix is the model's protocol: a busy reply carries the grant floor
+//! and a grant at or below it is dropped; a grant read late sends its waiter to
+//! attempt again, and a guard's token is always the one Redis holds for it
+//! (`a_grant_read_after_a_busy_attempt_is_dropped`: every property holds, and the
+//! examples show a grant dropped, its waiter granted anew, a late grant attempted).
 
 use std::time::Instant;
 
@@ -225,6 +284,11 @@ enum Broken {
     /// LAPSED_GRANT does nothing when it finds the key held (taken meanwhile by an
     /// attempt, uncontended): it frees only an absent key.
     LapsedGrantCheckOnlyWhenAbsent,
+    /// Issue 33, the protocol before its fix: a busy reply carries no grant floor, so a
+    /// grant unread across the attempt is honoured after it, and a grant read late is
+    /// confirmed by EXTEND with the owner check alone, the guard keeping the message's
+    /// token.
+    GrantHonouredAfterBusy,
 }
 
 /// The model's parameters.
@@ -326,11 +390,12 @@ enum News {
 
 impl News {
     /// `Release::merge`: a message that asks the waiter to try outlives later ones,
-    /// and a grant outlives every other.
+    /// and a grant outlives every other (a later grant to the same waiter replaces it:
+    /// the mailbox keeps one per waiter).
     fn merge(earlier: Option<News>, later: News) -> News {
         match (earlier, later) {
-            (Some(grant @ News::Granted(_)), _) => grant,
             (_, News::Granted(_)) => later,
+            (Some(grant @ News::Granted(_)), _) => grant,
             (Some(urgent @ (News::Free | News::ForUs)), _) => urgent,
             _ => later,
         }
@@ -475,6 +540,15 @@ struct State {
     /// A grantee's confirmation came too late: the grant had lapsed, or was evicted
     /// (an example).
     confirmed_late: bool,
+    /// The highest token a guard that believed it held the lock has had: the highest a
+    /// fenced store may have seen.
+    written: u32,
+    /// The waiter whose busy attempt last dropped a grant at or below its floor, unread
+    /// (an example).
+    dropped: Option<Id>,
+    /// A grant read late (less than half its grace left) sent its waiter to attempt
+    /// again (an example).
+    read_late: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -506,6 +580,10 @@ enum Action {
     ForceUnlock,
     Pause(u8),
     Resume(u8),
+    /// A stopped process resumes with a waiter's timer and a grant message both due:
+    /// `tokio::select!` may take the timer first, and the waiter sends its attempt with
+    /// the grant unread.
+    ResumeTimerFirst(u8),
     Crash(u8),
     RestartRedis,
     Tick,
@@ -552,6 +630,14 @@ impl Task {
         self.round += 1;
         self.phase = Phase::Idle;
         self.news = None;
+    }
+
+    /// Waits with its timer due and a grant message unread (after a pause: a running
+    /// waiter reads its news and wakes at once).
+    fn torn(&self, clock: Tick) -> bool {
+        matches!(self.phase, Phase::Waiting { wake, fallback }
+            if clock >= fallback.map_or(wake, |at| at.min(wake)))
+            && matches!(self.news, Some(News::Granted(_)))
     }
 }
 
@@ -773,6 +859,11 @@ impl Protocol {
     fn attempt(&self, s: &mut State, p: u8, t: u8, baton: Option<Id>, registered: bool) {
         let id = s.task(p, t).id(p, t);
         s.task(p, t).unchecked = false;
+        // A grant force_unlock evicted before its waiter read it: this attempt tells the
+        // waiter where the key stands (it may take it anew, under the same id).
+        if s.evicted == Some(id) {
+            s.evicted = None;
+        }
         let mut handed = false;
         if let Some(previous) = baton
             && matches!(s.key, Key::Owned { by, .. } if by == previous)
@@ -847,6 +938,20 @@ impl Protocol {
         // Found busy: the holder's release will be published.
         if let Key::Owned { contended, .. } = &mut s.key {
             *contended = true;
+        }
+        // With grants, the reply carries the grant floor (the attempt's own token; here
+        // the last token issued before it, which orders grants alike): a grant at or
+        // below it was made before the attempt, and is dead (lapsed, evicted or passed
+        // on: the attempt did not find the key granted to this waiter), so one unread
+        // is dropped; a grant made after it is above it.
+        if self.grants {
+            let fixed = self.broken != Broken::GrantHonouredAfterBusy;
+            let floor = s.fence;
+            let task = s.task(p, t);
+            if fixed && matches!(task.news, Some(News::Granted(grant)) if grant.token <= floor) {
+                task.news = None;
+                s.dropped = Some(id);
+            }
         }
         let exp = s.clock + ttl + self.slack;
         match s
@@ -941,6 +1046,7 @@ impl Protocol {
     fn settle(&self, s: &mut State) {
         let clock = s.clock;
         let mut picked = false;
+        let mut read_late = false;
         for proc in &mut s.procs {
             if proc.status != Status::Running {
                 continue;
@@ -965,17 +1071,35 @@ impl Protocol {
                                 wake,
                                 fallback: self.announce_lease.then_some(clock + lease),
                             },
-                            // Granted: it holds the lock from the message alone, until
-                            // the grace from the grant ends, and its confirmation (due
-                            // at once) tells whether it still holds it: a grant read
-                            // late (paused, or after its attempt found the key evicted)
-                            // may be lost already.
+                            // Granted (after its last busy attempt: an older grant was
+                            // dropped with the reply): it holds the lock from the message
+                            // alone, until the grace from the grant ends, and its
+                            // confirmation (due at once) tells whether it still holds
+                            // it: a grant read in time may be evicted, or the grantee
+                            // paused before it confirmed. A grant read late (less than
+                            // half the grace left, here none) may have lapsed and gone
+                            // on: the waiter attempts again, and its attempt takes the
+                            // key if it is still granted to it (a fresh token from
+                            // Redis), or finds it busy and registers again.
                             Some(News::Granted(mut guard)) => {
                                 if self.broken == Broken::GrantLeaseFromArrival {
                                     guard.exp = clock + self.grace;
                                 }
-                                picked |= clock < guard.exp;
-                                Phase::Holding(guard)
+                                if clock < guard.exp {
+                                    picked = true;
+                                    Phase::Holding(guard)
+                                } else if self.broken == Broken::GrantHonouredAfterBusy {
+                                    // Confirmed by EXTEND with the owner check: a later
+                                    // grant to the same waiter passes it, and the guard
+                                    // keeps this message's token.
+                                    Phase::Holding(guard)
+                                } else {
+                                    read_late = true;
+                                    Phase::Attempt {
+                                        baton: None,
+                                        registered: true,
+                                    }
+                                }
                             }
                             None => task.phase,
                         };
@@ -1009,6 +1133,7 @@ impl Protocol {
         if picked {
             served(s, false);
         }
+        s.read_late |= read_late;
     }
 }
 
@@ -1057,6 +1182,9 @@ impl Model for Protocol {
             evicted: None,
             passed_on: false,
             confirmed_late: false,
+            written: 0,
+            dropped: None,
+            read_late: false,
         }]
     }
 
@@ -1074,6 +1202,9 @@ impl Model for Protocol {
                 }
                 Status::Paused => {
                     actions.push(Action::Resume(p));
+                    if proc.tasks.iter().any(|task| task.torn(s.clock)) {
+                        actions.push(Action::ResumeTimerFirst(p));
+                    }
                     continue;
                 }
                 Status::Running => {}
@@ -1315,6 +1446,17 @@ impl Model for Protocol {
                 s.procs[p as usize].status = Status::Paused;
             }
             Action::Resume(p) => s.procs[p as usize].status = Status::Running,
+            Action::ResumeTimerFirst(p) => {
+                let clock = s.clock;
+                let proc = &mut s.procs[p as usize];
+                proc.status = Status::Running;
+                for task in proc.tasks.iter_mut().filter(|task| task.torn(clock)) {
+                    task.phase = Phase::Attempt {
+                        baton: None,
+                        registered: true,
+                    };
+                }
+            }
             Action::Crash(p) => {
                 s.crashes += 1;
                 if s.procs[p as usize].check.is_some() {
@@ -1357,6 +1499,11 @@ impl Model for Protocol {
             Action::Tick => self.tick(&mut s),
         }
         self.settle(&mut s);
+        s.written = s
+            .believers()
+            .iter()
+            .map(|g| g.token)
+            .fold(s.written, u32::max);
         Some(s)
     }
 
@@ -1367,7 +1514,8 @@ impl Model for Protocol {
                 // Of two guards believing at once, the later acquisition has the larger
                 // token, and the earlier lease ran out (unless Redis restarted between).
                 // (A guard `force_unlock` evicted is no longer the key's owner, and learns
-                // it at its next renewal, confirmation or release.)
+                // it at its next renewal, confirmation or release; an evicted grant not
+                // read yet is spared only until its waiter's next attempt.)
                 let evicted = |g: &Guard| s.evicted == Some(g.id);
                 let fenced = guards.iter().all(|a| {
                     guards.iter().filter(|b| b.seq > a.seq).all(|b| {
@@ -1383,8 +1531,24 @@ impl Model for Protocol {
             }),
             // Of any two guards held (believed or not), the later acquisition has the
             // larger token: a grant's token, made by the release, and an attempt's alike.
+            // And a guard within its lease that owns the key in Redis has a token no lower
+            // than any a guard believing it held the lock has had: a fenced store never
+            // refuses the key's holder.
             Property::always("fencing tokens increase", |_, s: &State| {
-                holders(s).all(|a| holders(s).all(|b| b.seq <= a.seq || b.token > a.token))
+                let ordered =
+                    holders(s).all(|a| holders(s).all(|b| b.seq <= a.seq || b.token > a.token));
+                let owns = |g: &Guard| {
+                    g.epoch == s.epoch
+                        && s.clock < g.exp
+                        && s.evicted != Some(g.id)
+                        && matches!(s.key, Key::Owned { by, .. } if by == g.id)
+                };
+                let newest = s
+                    .believers()
+                    .iter()
+                    .filter(|g| owns(g))
+                    .all(|g| g.token >= s.written);
+                ordered && newest
             }),
             Property::always(
                 "reservation within grace",
@@ -1457,6 +1621,20 @@ impl Model for Protocol {
             properties.push(Property::sometimes(
                 "a grant's confirmation too late",
                 |_, s: &State| s.confirmed_late,
+            ));
+            properties.push(Property::sometimes(
+                "a grant older than a busy attempt dropped",
+                |_, s: &State| s.dropped.is_some(),
+            ));
+            properties.push(Property::sometimes(
+                "granted anew after a grant was dropped",
+                |_, s: &State| holders(s).any(|g| g.how == How::Grant && s.dropped == Some(g.id)),
+            ));
+        }
+        if self.grants && self.max_pauses > 0 {
+            properties.push(Property::sometimes(
+                "a grant read late: attempt again",
+                |_, s: &State| s.read_late,
             ));
         }
         if self.grants && self.max_pauses + self.max_crashes > 0 {
@@ -1673,6 +1851,59 @@ fn a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught() {
         },
         "a lapsed grant's check that frees only an absent key",
         "no forgotten waiter",
+    );
+}
+
+/// Issue 33: a grant message and an attempt's reply race. Three clients of one task
+/// each, no crash: the natural route (one pause; a grant lapses and goes on while its
+/// grantee is stopped, the grantee's timer fires, its attempt finds the next holder,
+/// who releases and grants it anew) and the force_unlock route (an unread grant
+/// evicted, the key taken by the next in line before the grantee's attempt; a pause
+/// too, a tick shorter).
+fn stale_grants(broken: Broken) -> [Protocol; 2] {
+    [
+        Protocol {
+            max_crashes: 0,
+            max_time: 5,
+            ..grants(broken)
+        },
+        Protocol {
+            max_crashes: 0,
+            max_force_unlocks: 1,
+            max_time: 3,
+            ..grants(broken)
+        },
+    ]
+}
+
+/// The fix: a busy reply carries the grant floor (the attempt's own token), and the
+/// waiter drops a grant at or below it; a grant read late sends the waiter to attempt
+/// again, whose token comes from Redis. Every property holds, and the examples show
+/// both routes taken: a grant dropped, its waiter granted anew, a late grant attempted.
+#[test]
+fn a_grant_read_after_a_busy_attempt_is_dropped() {
+    let [natural, forced] = stale_grants(Broken::None);
+    explore(natural, "stale grants, a lapse").assert_properties();
+    explore(forced, "stale grants, force_unlock").assert_properties();
+}
+
+/// The protocol before the fix, which both routes break. A lapsed grant read after its
+/// waiter's busy attempt is confirmed against a later grant to the same waiter, and the
+/// guard keeps the old message's token, below the token of the holder in between: a
+/// fenced store refuses the key's holder. An evicted grant read after the attempt that
+/// saw the next holder is held beside it.
+#[test]
+fn a_grant_honoured_after_a_busy_attempt_is_caught() {
+    let [natural, forced] = stale_grants(Broken::GrantHonouredAfterBusy);
+    counterexample(
+        natural,
+        "a grant honoured after a busy attempt, a lapse",
+        "fencing tokens increase",
+    );
+    counterexample(
+        forced,
+        "a grant honoured after a busy attempt, force_unlock",
+        "exclusion or fencing",
     );
 }
 

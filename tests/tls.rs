@@ -2,6 +2,10 @@
 //! against real `redis-server` processes started with `--tls-port` and certificates this
 //! test makes (rcgen). Bad certificates and bad credentials must give a clear, typed
 //! error within a bounded time, and no password may appear in an error.
+//!
+//! A server chosen with `REDIS_SERVER` that was built without TLS (the Valkey of
+//! `scripts/test.sh`'s second pass) skips the tests that need a TLS port, saying so in
+//! one line (`redlock_testkit::skip_without_tls`); the other two run on it.
 
 mod common;
 
@@ -91,6 +95,9 @@ async fn connect(url: &str, ca: Option<&str>) -> Result<LockClient, LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_work_over_tls_with_a_private_ca() {
+    if redlock_testkit::skip_without_tls() {
+        return;
+    }
     let pki = Pki::new();
     let (_server, port) = tls_server(&pki, &[]);
     let url = format!("rediss://127.0.0.1:{port}/");
@@ -130,6 +137,9 @@ async fn locks_work_over_tls_with_a_private_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_that_does_not_verify_is_a_tls_error() {
+    if redlock_testkit::skip_without_tls() {
+        return;
+    }
     let pki = Pki::new();
     let other = Pki::new();
     let (_server, port) = tls_server(&pki, &[]);
@@ -161,6 +171,9 @@ async fn tls_to_a_plain_port_fails_in_bounded_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_over_tls_locks_and_a_wrong_password_is_an_auth_error() {
+    if redlock_testkit::skip_without_tls() {
+        return;
+    }
     let pki = Pki::new();
     let (server, port) = tls_server(&pki, &[]);
     server.cli(&[
@@ -222,6 +235,9 @@ async fn a_password_only_server_needs_the_password() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_mixes_tls_and_plain_masters() {
+    if redlock_testkit::skip_without_tls() {
+        return;
+    }
     let pki = Pki::new();
     let (tls, port) = tls_server(&pki, &[]);
     tls.vouch_for_its_data();
@@ -358,6 +374,9 @@ impl Drop for TlsCluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_tls_locks_on_every_shard() {
+    if redlock_testkit::skip_without_tls() {
+        return;
+    }
     let pki = Pki::new();
     let cluster = TlsCluster::start(&pki, 3);
     let client = tokio::time::timeout(
@@ -506,6 +525,9 @@ impl Drop for TlsSentinel {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_over_tls_finds_and_locks_the_primary() {
+    if redlock_testkit::skip_without_tls() {
+        return;
+    }
     let pki = Pki::new();
     let setup = TlsSentinel::start(&pki);
     let url = format!("rediss://127.0.0.1:{}/", setup.sentinel_port);

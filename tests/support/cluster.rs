@@ -1,5 +1,5 @@
 //! A throwaway Redis Cluster: cluster-enabled servers on free loopback ports, joined
-//! with `redis-cli --cluster create`, killed on drop.
+//! with `redis-cli --cluster create` (the [`crate::redis_cli_binary`]), killed on drop.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ impl RedisCluster {
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port()))
             .collect();
-        let output = Command::new("redis-cli")
+        let output = Command::new(crate::redis_cli_binary())
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])

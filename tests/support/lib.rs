@@ -4,6 +4,12 @@
 //! started in its own temporary directory, bound to 127.0.0.1 only, and killed when its
 //! handle is dropped, including when a test panics. It has no persistence unless it was
 //! started with [`RedisServer::start_persistent`].
+//!
+//! The server is `redis-server`, or the binary `REDIS_SERVER` names; the kit's own
+//! commands go through `redis-cli`, or the one `REDIS_CLI` names. `scripts/test.sh`
+//! sets both to Valkey's for its Valkey pass ([`redis_server_binary`],
+//! [`redis_cli_binary`]); a test that needs what a server may lack asks first
+//! ([`skip_without_tls`]).
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -355,9 +361,10 @@ pub fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid} failed");
 }
 
-/// Runs `redis-cli` against 127.0.0.1:`port` and returns its trimmed output.
+/// Runs `redis-cli` (or the [`redis_cli_binary`] chosen with `REDIS_CLI`) against
+/// 127.0.0.1:`port` and returns its trimmed output.
 pub fn redis_cli(port: u16, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
+    let output = Command::new(redis_cli_binary())
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .output()
@@ -394,20 +401,148 @@ pub fn ping(port: u16) -> bool {
     BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("+PONG")
 }
 
-/// Where `redis-server` is, or an error that says how to install it.
+/// The variable that names the server binary to run instead of `redis-server` (a path,
+/// or a bare name looked up on `PATH`): `scripts/test.sh` sets it to `valkey-server` for
+/// its Valkey pass. `redlock-runtime`'s `test_util` reads the same variable.
+pub const SERVER_VAR: &str = "REDIS_SERVER";
+
+/// The variable that names the command-line client to run instead of `redis-cli`; set
+/// with [`SERVER_VAR`] so that `--cluster create` comes from the server's own release.
+pub const CLI_VAR: &str = "REDIS_CLI";
+
+/// Where the server binary is: the one `REDIS_SERVER` names, else `redis-server` on
+/// `PATH` (or in /usr/bin, /usr/sbin); or an error that says how to install it.
 pub fn redis_server_binary() -> Result<PathBuf, String> {
-    for dir in std::env::var_os("PATH")
+    if let Some(chosen) = chosen_binary(SERVER_VAR) {
+        return find_binary(&chosen).ok_or_else(|| {
+            format!(
+                "{SERVER_VAR}={} is not an executable file (nor a name on PATH)",
+                chosen.display()
+            )
+        });
+    }
+    find_binary(Path::new("redis-server")).ok_or_else(|| {
+        "redis-server is not installed: run `sudo apt-get install -y redis-server`".into()
+    })
+}
+
+/// The command-line client: the one `REDIS_CLI` names, else `redis-cli`.
+pub fn redis_cli_binary() -> PathBuf {
+    chosen_binary(CLI_VAR).unwrap_or_else(|| PathBuf::from("redis-cli"))
+}
+
+/// Whether the server binary was chosen with `REDIS_SERVER` (rather than the default
+/// `redis-server`).
+pub fn server_chosen() -> bool {
+    chosen_binary(SERVER_VAR).is_some()
+}
+
+/// The value of variable `var`, if set and not empty; a relative path (one with a `/`)
+/// is made absolute from the current directory, since servers run in their own.
+fn chosen_binary(var: &str) -> Option<PathBuf> {
+    let value = PathBuf::from(std::env::var_os(var).filter(|value| !value.is_empty())?);
+    Some(match value.components().count() {
+        1 => value,
+        _ => std::path::absolute(&value).unwrap_or(value),
+    })
+}
+
+/// `binary` itself when it is a path to a file, else the first file of that name in a
+/// directory of `PATH`, /usr/bin or /usr/sbin.
+fn find_binary(binary: &Path) -> Option<PathBuf> {
+    if binary.components().count() > 1 {
+        return binary.is_file().then(|| binary.to_owned());
+    }
+    std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
         .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
-    {
-        let candidate = dir.join("redis-server");
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err("redis-server is not installed: run `sudo apt-get install -y redis-server`".into())
+        .map(|dir| dir.join(binary))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Why the server binary cannot serve TLS, or `None` when it can (or when its answer
+/// does not tell). Asked once per process: the binary is started with a `--tls-port`
+/// and no certificate, which a TLS build refuses for want of a certificate and a build
+/// without TLS for want of TLS ("Failed finding TLS support." from Redis 7.2 and
+/// Valkey; "Bad directive" from older releases).
+pub fn server_lacks_tls() -> Option<String> {
+    static ANSWER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ANSWER
+        .get_or_init(|| {
+            let binary = redis_server_binary().ok()?;
+            let dir = tempfile::Builder::new()
+                .prefix("redlock-tls-probe-")
+                .tempdir()
+                .ok()?;
+            let mut child = Command::new(&binary)
+                .args(["--port", "0", "--tls-port", &free_port().to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .args(["--loglevel", "warning"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .ok()?;
+            let deadline = Instant::now() + STARTUP_LIMIT;
+            while child.try_wait().ok()?.is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut said = String::new();
+            if let Some(mut out) = child.stdout.take() {
+                let _ = out.read_to_string(&mut said);
+            }
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut said);
+            }
+            let lacks = said.contains("TLS support")
+                || said.contains("connection type tls")
+                || (said.contains("Bad directive") && said.contains("tls"));
+            let version = Command::new(&binary)
+                .arg("--version")
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+                .unwrap_or_default();
+            // "Valkey server v=8.1.8 sha=…": the name and the version.
+            let version: Vec<&str> = version.split_whitespace().take(3).collect();
+            lacks.then(|| {
+                format!(
+                    "{} ({}) was built without TLS",
+                    binary.display(),
+                    version.join(" ")
+                )
+            })
+        })
+        .clone()
+}
+
+/// For a TLS test: `true` when the server chosen with `REDIS_SERVER` was built without
+/// TLS (the Valkey build `scripts/test.sh` runs), after saying so in one line per test
+/// binary, past the harness's capture; the test then returns. The default
+/// `redis-server` must have TLS: without it this panics, so that the suite's main pass
+/// never skips TLS quietly.
+pub fn skip_without_tls() -> bool {
+    let Some(why) = server_lacks_tls() else {
+        return false;
+    };
+    assert!(
+        server_chosen(),
+        "{why}: the TLS tests need a redis-server built with TLS (Debian's is)"
+    );
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "TLS tests skipped: {why}");
+    });
+    true
 }
 
 pub mod build;

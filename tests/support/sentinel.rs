@@ -19,7 +19,8 @@ pub struct SentinelSetup {
     password: Option<String>,
 }
 
-/// One `redis-server --sentinel` process.
+/// One `redis-server --sentinel` process (of the [`redis_server_binary`]: `valkey-server
+/// --sentinel` in the Valkey pass).
 #[derive(Debug)]
 pub struct Sentinel {
     child: Child,

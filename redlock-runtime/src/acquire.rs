@@ -892,7 +892,7 @@ impl<'a> WaitlistPlace<'a> {
     fn granted_at(&self, after: Duration) -> Option<Instant> {
         let at = match (self.registered_ms, self.clock_pair) {
             (Some(registered_ms), Some((sent, server_ms))) => {
-                grant_time(sent, server_ms, registered_ms, after)
+                grant_time(sent, server_ms, registered_ms, after)?
             }
             // The first attempt was sent before it registered.
             _ => {
@@ -912,16 +912,23 @@ impl<'a> WaitlistPlace<'a> {
 /// server's ms are rounded down: a millisecond each for the two readings. (The first
 /// attempt's send time alone is a looser bound when its reply was slow: the first
 /// command on a new Cluster connection, say, after which a grant looked late.)
-fn grant_time(sent: Instant, server_ms: u64, registered_ms: u64, after: Duration) -> Instant {
+/// `None` when that moment is out of this clock's range (then the grant is not timed,
+/// and taken only by an attempt).
+fn grant_time(
+    sent: Instant,
+    server_ms: u64,
+    registered_ms: u64,
+    after: Duration,
+) -> Option<Instant> {
     let after_ms = i128::try_from(after.as_millis()).unwrap_or(i128::MAX / 4);
     let between_ms = i128::from(registered_ms) + after_ms - i128::from(server_ms);
     let allowance_ms = between_ms.abs() / 1_000 + 2;
     let offset_ms = between_ms - allowance_ms;
     let offset = Duration::from_millis(u64::try_from(offset_ms.unsigned_abs()).unwrap_or(u64::MAX));
     if offset_ms >= 0 {
-        sent.checked_add(offset).unwrap_or(sent)
+        sent.checked_add(offset)
     } else {
-        sent.checked_sub(offset).unwrap_or(sent)
+        sent.checked_sub(offset)
     }
 }
 
@@ -975,16 +982,22 @@ mod tests {
         let sent = Instant::now() + Duration::from_secs(10);
         // Registered at 1_000 (server ms) by an attempt sent at `sent` that ran at
         // 1_000; granted 200 ms later: 200 ms after `sent`, less 2 ms for rounding.
-        assert_eq!(grant_time(sent, 1_000, 1_000, ms(200)), sent + ms(198));
+        assert_eq!(
+            grant_time(sent, 1_000, 1_000, ms(200)),
+            Some(sent + ms(198))
+        );
         // A later attempt, sent 94 ms after a slow first one and run at 1_095: the
         // grant 108 ms after the registration came 13 ms after that attempt's send.
-        assert_eq!(grant_time(sent, 1_095, 1_000, ms(108)), sent + ms(11));
+        assert_eq!(grant_time(sent, 1_095, 1_000, ms(108)), Some(sent + ms(11)));
         // A grant older than the attempt: before its send time.
-        assert_eq!(grant_time(sent, 2_000, 1_000, ms(500)), sent - ms(502));
+        assert_eq!(
+            grant_time(sent, 2_000, 1_000, ms(500)),
+            Some(sent - ms(502))
+        );
         // Long intervals allow for the clocks' rates: 0.1 %.
         assert_eq!(
             grant_time(sent, 1_000, 1_000, ms(60_000)),
-            sent + ms(59_938)
+            Some(sent + ms(59_938))
         );
     }
 

@@ -646,8 +646,9 @@ impl LockClientBuilder {
     /// the key reserved for as long). Bounds what a waiter that died, stopped or was cut
     /// off while first in line costs the others: the releasing client passes an
     /// unconfirmed grant on a few milliseconds after it. A granted waiter whose message
-    /// arrives after most of it (the process was stopped or starved) takes the lock only
-    /// once its confirmation comes back.
+    /// arrives after most of it (the process was stopped or starved) attempts again,
+    /// which takes the key if it is still granted to it. `shutdown()` waits for the
+    /// checks of its releases' grants: about this long, plus the response timeout.
     pub fn reservation_grace(mut self, grace: Duration) -> Self {
         self.config.reservation_grace = grace;
         self

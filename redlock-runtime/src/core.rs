@@ -331,16 +331,22 @@ impl Core {
                 }
             }
         }
-        let limit = self.config.response_timeout;
-        // Releases sent again, and the lapsed-grant checks releases started (a
-        // grant they made must not be left to lapse unchecked when the process exits).
-        let grant_checks = futures_util::future::join_all(
-            self.masters
-                .nodes()
-                .iter()
-                .map(|node| node.grant_checks_finished()),
-        );
-        let everything = futures_util::future::join(self.in_flight.none_running(), grant_checks);
+        // Releases sent again or still running in the background (a guard dropped just
+        // before), then the lapsed-grant checks releases started: in that order, since a
+        // background release that grants starts a check. A grant they made must not be
+        // left to lapse unchecked when the process exits; a check runs a grace after its
+        // release.
+        let limit = self.config.response_timeout + self.config.reservation_grace;
+        let everything = async {
+            self.in_flight.none_running().await;
+            futures_util::future::join_all(
+                self.masters
+                    .nodes()
+                    .iter()
+                    .map(|node| node.grant_checks_finished()),
+            )
+            .await;
+        };
         let background = tokio::time::timeout(limit, everything).await;
         tracing::debug!(
             released = locks.len(),
@@ -350,8 +356,9 @@ impl Core {
         if background.is_err() {
             tracing::warn!(
                 ?limit,
-                "redlock: shutdown: background releases still unanswered after the response \
-                 timeout; their locks may stay until their leases run out"
+                "redlock: shutdown: background releases or grant checks unfinished after the \
+                 response timeout and the grace; their locks may stay until their leases run \
+                 out, and a grant nobody confirms until the lease its waiters were told"
             );
         }
         first_error.map_or(Ok(()), Err)

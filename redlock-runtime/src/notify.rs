@@ -35,8 +35,9 @@ enum Request {
 }
 
 /// How long a grant that came for no waiter of this client is kept for one that starts
-/// listening (see `Channel::unclaimed`): a grant lasts a grace unless confirmed, and a
-/// later one is refused by the waiter's own check of the grant's age.
+/// listening (see `Channel::unclaimed`): a grant lasts a grace unless confirmed; one
+/// read later than that is taken only by an attempt of the waiter's, and one made before
+/// a busy attempt of the waiter's is dropped (see `Listener::released`).
 const UNCLAIMED_FOR: Duration = Duration::from_secs(1);
 
 /// How long a channel nobody listens to stays subscribed. A key that is contended
@@ -424,6 +425,29 @@ impl Channel {
     /// would reach).
     fn grant(&self, member: String, grant: Release) {
         let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
+        // The latest grant is the one with the highest token, whatever order messages
+        // came in (a resubscription after a failover or a slot move may bring an older
+        // one late): an older one kept would be dropped as stale, and the waiter lose
+        // its turn.
+        let newer = |of: &Release| match (of, &grant) {
+            (
+                Release::Granted {
+                    fencing_token: kept,
+                    ..
+                },
+                Release::Granted {
+                    fencing_token: new, ..
+                },
+            ) => new > kept,
+            _ => true,
+        };
+        if mailbox
+            .grants
+            .iter()
+            .any(|(ours, kept)| *ours == member && !newer(kept))
+        {
+            return;
+        }
         mailbox.grants.retain(|(ours, _)| *ours != member);
         mailbox.grants.push((member, grant));
         drop(mailbox);
@@ -676,6 +700,17 @@ mod tests {
             tokio::time::timeout(SOON, waiter.released(20)).await,
             Ok(Release::Granted {
                 fencing_token: 23,
+                ..
+            })
+        ));
+        // Of two grants, the one with the higher token stays, whatever order they came
+        // in (an older one brought late by a resubscription would be dropped as stale).
+        notifications.tell(channel.as_bytes(), b"G a:1 27 9 100");
+        notifications.tell(channel.as_bytes(), b"G a:1 25 9 100");
+        assert!(matches!(
+            tokio::time::timeout(SOON, waiter.released(20)).await,
+            Ok(Release::Granted {
+                fencing_token: 27,
                 ..
             })
         ));

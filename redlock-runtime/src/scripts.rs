@@ -530,8 +530,9 @@ end
 ///
 /// Returns `{1, token, handed_off, 0}` when acquired, `{0, ms to wait at most, 0,
 /// handed_off, floor, ms, registered}` when busy (a hand-off's lock may have been
-/// deleted for a writer first in line; `floor`: the fencing counter, above every grant
-/// made before this attempt; `ms` and `registered` as [`ACQUIRE`]'s), `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
+/// deleted for a writer first in line; `floor`: the higher of the fencing counter and
+/// the server clock in µs less one, at or above every grant made before this attempt
+/// and below every grant made after it; `ms` and `registered` as [`ACQUIRE`]'s), `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
 /// found, 0}` when the key is held in shares under another limit (a semaphore of
 /// another size, or a read lock).
 pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -648,8 +649,13 @@ if busy_for then
     redis.call('PEXPIRE', KEYS[2], keep)
     redis.call('PEXPIRE', KEYS[3], keep)
   end
-  -- The grant floor (see ACQUIRE): no token was taken on this path, so the counter.
-  return {{0, busy_for, 0, handed_off, redis.call('GET', KEYS[5]) or 0, ms, registered}}
+  -- The grant floor (see ACQUIRE): no token was taken on this path, so what the next
+  -- one would be at least: the counter, or the clock (µs) less one, whichever is higher
+  -- (the counter may have been lost with the grant, in a restart or a failover).
+  local clock = redis.call('TIME')
+  local floor = math.max(tonumber(redis.call('GET', KEYS[5]) or 0) or 0,
+    tonumber(clock[1]) * 1000000 + tonumber(clock[2]) - 1)
+  return {{0, busy_for, 0, handed_off, string.format('%.0f', floor), ms, registered}}
 end
 if ARGV[6] ~= '' and (ARGV[7] == '1' or reserved) then
   redis.call('ZREM', KEYS[2], ARGV[6])

@@ -429,6 +429,16 @@ mod tests {
             Finish(2, true),
         ];
         assert_eq!(estimate_after(100, &events), 40_000);
+        // An update that joins a round after one of its updates was confirmed bounds
+        // it too: it may run last.
+        let events = [
+            Start(10_000),
+            Start(10_050),
+            Finish(0, true),
+            Start(300),
+            Finish(1, true),
+        ];
+        assert_eq!(estimate_after(100, &events), 300);
     }
 
     #[tokio::test]

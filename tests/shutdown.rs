@@ -462,7 +462,17 @@ async fn after_shutdown_default_client_an_annotated_call_is_refused() {
 /// check with it, which left the next waiter asleep until the lease it was told.
 #[test]
 fn shutdown_waits_for_the_grant_checks_of_its_releases() {
-    const KEY: &str = "shutdown:grant";
+    next_waiter_after_a_granting_release_and_shutdown("shutdown:grant", false);
+}
+
+/// The same with the guard dropped just before `shutdown()`: its release runs in the
+/// background, and the grant check it starts comes after shutdown began to wait.
+#[test]
+fn shutdown_waits_for_the_grant_check_of_a_release_still_in_the_background() {
+    next_waiter_after_a_granting_release_and_shutdown("shutdown:grant-dropped", true);
+}
+
+fn next_waiter_after_a_granting_release_and_shutdown(key: &'static str, drop_guard: bool) {
     let server = RedisServer::start();
     let url = server.url();
     let runtime = |name: &str| {
@@ -474,7 +484,7 @@ fn shutdown_waits_for_the_grant_checks_of_its_releases() {
     };
     let waitlist = || -> usize {
         server
-            .cli(&["ZCARD", &format!("redlock:waitlist:{KEY}")])
+            .cli(&["ZCARD", &format!("redlock:waitlist:{key}")])
             .trim()
             .parse()
             .unwrap_or(0)
@@ -491,7 +501,7 @@ fn shutdown_waits_for_the_grant_checks_of_its_releases() {
     let holder_runtime = runtime("holder");
     let holder = holder_runtime.block_on(LockClient::connect(&url)).unwrap();
     let guard = holder_runtime
-        .block_on(holder.lock(KEY).lease(LEASE).acquire())
+        .block_on(holder.lock(key).lease(LEASE).acquire())
         .unwrap();
 
     // The first waiter, on a thread of its own that the test blocks later.
@@ -503,7 +513,7 @@ fn shutdown_waits_for_the_grant_checks_of_its_releases() {
             let client = LockClient::connect(&stalled_url).await.unwrap();
             stalled_tx.send(tokio::runtime::Handle::current()).unwrap();
             let acquired = client
-                .lock(KEY)
+                .lock(key)
                 .wait(Duration::from_secs(30))
                 .lease(Duration::from_secs(10))
                 .acquire()
@@ -526,7 +536,7 @@ fn shutdown_waits_for_the_grant_checks_of_its_releases() {
     let next = next_runtime.spawn(async move {
         let client = LockClient::connect(&next_url).await.unwrap();
         let guard = client
-            .lock(KEY)
+            .lock(key)
             .wait(Duration::from_secs(30))
             .lease(Duration::from_secs(10))
             .acquire()
@@ -542,7 +552,11 @@ fn shutdown_waits_for_the_grant_checks_of_its_releases() {
     stalled_handle.spawn(async { std::thread::sleep(Duration::from_secs(4)) });
     std::thread::sleep(Duration::from_millis(100));
     holder_runtime.block_on(async {
-        guard.release().await.unwrap();
+        if drop_guard {
+            drop(guard);
+        } else {
+            guard.release().await.unwrap();
+        }
         holder.shutdown().await.unwrap();
     });
     let exited = Instant::now();

@@ -30,7 +30,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use redlock_runtime::{LockClient, LockClientBuilder, LockError};
+use redlock_runtime::{LockClient, LockClientBuilder, LockError, LockRequest};
 use redlock_testkit::RedisServer;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
@@ -350,6 +350,38 @@ async fn in_line(observer: &LockClient, key: &str, n: usize) {
     }
 }
 
+/// How a client takes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Whole: a plain lock (the same lock as a write lock).
+    Whole,
+    /// A read lock: a share, any number at once.
+    Read,
+    /// The one permit of a semaphore of 1: a share, one at a time.
+    Permit,
+}
+
+impl Kind {
+    fn request(self, client: &LockClient, key: &str) -> LockRequest {
+        match self {
+            Kind::Whole => client.lock(key),
+            Kind::Read => client.read_lock(key),
+            Kind::Permit => client.semaphore(key, 1),
+        }
+    }
+}
+
+/// Who Redis shows holding `key`, with which fencing token: the holder of a lock held
+/// whole, or the one share's holder of a key held in shares (with more shares than one,
+/// all of them, and token 0).
+async fn held_in_redis(client: &LockClient, key: &str) -> Result<Option<(String, u64)>, LockError> {
+    Ok(client.inspect(key).await?.map(|info| match info.shares() {
+        [] => (info.holder().to_owned(), info.fencing_token()),
+        [share] => (share.name().to_owned(), share.fencing_token()),
+        shares => (format!("{shares:?}"), 0),
+    }))
+}
+
 /// What B's acquisition came to: its guard's fencing token, and the holder and token
 /// Redis showed for the key right after (while B held its guard).
 #[derive(Debug, Clone)]
@@ -359,17 +391,23 @@ struct Taken {
     at: Instant,
 }
 
-/// Starts an acquisition of `key` by `waiter` (a long wait, a fixed lease); once it
-/// holds the key it reads what Redis holds for it, then releases.
-fn acquire_and_look(waiter: &Waiter, key: &str) -> JoinHandle<Result<Taken, LockError>> {
+/// Starts an acquisition of `key` (taken as `kind`) by `waiter` (a long wait, a fixed
+/// lease); once it holds the key it reads what Redis holds for it, then releases.
+fn acquire_and_look(
+    waiter: &Waiter,
+    key: &str,
+    kind: Kind,
+) -> JoinHandle<Result<Taken, LockError>> {
     let (client, key) = (waiter.client(), key.to_owned());
     waiter.spawn(async move {
-        let guard = client.lock(&key).wait(WAIT).lease(LEASE).acquire().await?;
+        let guard = kind
+            .request(&client, &key)
+            .wait(WAIT)
+            .lease(LEASE)
+            .acquire()
+            .await?;
         let at = Instant::now();
-        let redis = client
-            .inspect(&key)
-            .await?
-            .map(|info| (info.holder().to_owned(), info.fencing_token()));
+        let redis = held_in_redis(&client, &key).await?;
         let token = guard.fencing_token();
         // Lost, for a lock that was never B's: what matters is what it was given.
         let _ = guard.release().await;
@@ -397,9 +435,12 @@ async fn make_waiters_try_soon(guard: &redlock_runtime::LockGuard) {
 // ---------------------------------------------------------------------------------
 // Defect 1: a grant read after the waiter's own attempt found the key busy.
 
-/// How many times the natural route is tried, and for how long at most.
+/// How many times the natural route is tried at least, how many of them must have taken
+/// it (X held the key before B) for the test to pass, and for how long at most runs go
+/// on until both are reached.
 const NATURAL_RUNS: usize = 30;
-const NATURAL_BUDGET: Duration = Duration::from_secs(45);
+const NATURAL_ROUTE_HITS: usize = 10;
+const NATURAL_BUDGET: Duration = Duration::from_secs(60);
 
 /// The issue's natural route, no operator involved, repeated: A holds `key` with a
 /// lease of 400 ms; B waits, then X; B's thread stalls 360 ms across A's release, so
@@ -409,6 +450,11 @@ const NATURAL_BUDGET: Duration = Duration::from_secs(45);
 /// (B, back in line), which grants it to B anew. Whatever B reads in what order, its
 /// guard must carry the token Redis holds for it, above X's when X held the key before.
 /// Unfixed, B returned the old grant's token, below X's, in 12 runs of 30 (then 17).
+///
+/// Runs go on past [`NATURAL_RUNS`] until X held the key before B (A's release granting
+/// it to B first) in [`NATURAL_ROUTE_HITS`] of them, within [`NATURAL_BUDGET`]; fewer
+/// fail the test: a pass must have taken the route. (On the fixed code the route came
+/// in every run of 30 here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_read_after_a_busy_attempt_is_never_honoured() {
     let server = RedisServer::start();
@@ -418,11 +464,13 @@ async fn a_grant_read_after_a_busy_attempt_is_never_honoured() {
     let started = Instant::now();
     let (mut runs, mut x_first) = (0, 0);
     let mut broken = Vec::new();
-    while runs < NATURAL_RUNS && started.elapsed() < NATURAL_BUDGET {
+    while (runs < NATURAL_RUNS || x_first < NATURAL_ROUTE_HITS)
+        && started.elapsed() < NATURAL_BUDGET
+    {
         let key = format!("natural:{runs}");
         runs += 1;
         let a_guard = a.lock(&key).lease(LEASE).acquire().await.unwrap();
-        let b_task = acquire_and_look(&b, &key);
+        let b_task = acquire_and_look(&b, &key, Kind::Whole);
         in_line(&a, &key, 1).await;
         b.wait_quiet().await;
         let x_task = {
@@ -500,6 +548,13 @@ async fn a_grant_read_after_a_busy_attempt_is_never_honoured() {
         broken.len(),
         broken.join("\n")
     );
+    assert!(
+        x_first >= NATURAL_ROUTE_HITS,
+        "the route was taken (X held the key before B, after A's release granted it to B) \
+         in only {x_first} of {runs} runs in {:?}, fewer than {NATURAL_ROUTE_HITS}: the \
+         test did not exercise what it is for",
+        started.elapsed()
+    );
 }
 
 /// The same defect, each step forced: B's thread is blocked just before its attempt
@@ -510,20 +565,75 @@ async fn a_grant_read_after_a_busy_attempt_is_never_honoured() {
 /// grant's, which is below X's. [`RUNS`] keys, one after the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_grant_read_after_a_busy_attempt_never_gives_a_token_below_the_holder_before() {
+    lapsed_grant_read_after_a_busy_attempt("lapsed", [Kind::Whole; 3]).await;
+}
+
+/// The forced route for a reader: writer A holds the key; reader B waits, then writer X
+/// (behind B: B registered first). A's release finds a reader at the head of the line
+/// and grants B a share (`free_for_next`'s `grant_shares`: the run of readers at the
+/// head, B alone, X being a writer); B's thread is blocked before its next attempt goes
+/// out, so the share lapses with the grace and the key goes to X (A's lapsed-grant
+/// check grants it, or X's own attempt takes the free key). B's attempt (a read lock's,
+/// `SHARED_ACQUIRE`) then finds X's write lock and puts B back in line, its busy reply
+/// carrying the grant floor: the higher of the fencing counter and the server clock
+/// less 1 µs. B is blocked again right after that reply, while X's release grants B a
+/// share anew. B's read guard must carry the token of the share Redis holds for it,
+/// above X's; the first share's token, read from the mailbox after the busy reply, is
+/// below X's. [`RUNS`] keys, one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_never_takes_a_lapsed_share_grant_after_a_busy_attempt() {
+    lapsed_grant_read_after_a_busy_attempt("lapsed-read", [Kind::Whole, Kind::Read, Kind::Whole])
+        .await;
+}
+
+/// The forced route for a semaphore's waiter, with one permit: A holds it; B waits,
+/// then X. A's release grants the permit to B (the head of the line, a waiter of the
+/// same count: `grant_shares`); B's thread is blocked before its next attempt goes out,
+/// so B's permit lapses with the grace and A's lapsed-grant check gives it to X. B's
+/// attempt (`SHARED_ACQUIRE`) then finds every permit taken (X's) and puts B back in
+/// line, its busy reply carrying the grant floor (the higher of the fencing counter and
+/// the server clock less 1 µs). B is blocked again right after that reply, while X's
+/// release grants the permit to B anew. B's permit must carry the token of the share
+/// Redis holds for it, above X's; the first grant's, read after the busy reply, is
+/// below X's. [`RUNS`] keys, one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_never_takes_a_lapsed_permit_grant_after_a_busy_attempt() {
+    lapsed_grant_read_after_a_busy_attempt("lapsed-permit", [Kind::Permit; 3]).await;
+}
+
+/// The forced route of defect 1 (see the tests above) on [`RUNS`] keys named
+/// `{label}:{run}`, one after the other: A takes each as `kinds[0]`, B waits for it as
+/// `kinds[1]`, then X as `kinds[2]`. Checks that B's attempt did find X's lock and put B
+/// back in line (else the route was not taken), then that B's guard carries the token
+/// Redis holds for it, above X's.
+async fn lapsed_grant_read_after_a_busy_attempt(label: &str, kinds: [Kind; 3]) {
+    let [a_kind, b_kind, x_kind] = kinds;
     let server = RedisServer::start();
     let a = client(&server, "a").await;
     let x = client(&server, "x").await;
     let b = Waiter::start(builder(&server, "b")).await;
     let mut broken = Vec::new();
     for run in 0..RUNS {
-        let key = format!("lapsed:{run}");
-        let a_guard = a.lock(&key).lease(LEASE).acquire().await.unwrap();
-        let b_task = acquire_and_look(&b, &key);
+        let key = format!("{label}:{run}");
+        let a_guard = a_kind
+            .request(&a, &key)
+            .lease(LEASE)
+            .acquire()
+            .await
+            .unwrap();
+        let b_task = acquire_and_look(&b, &key, b_kind);
         in_line(&a, &key, 1).await;
         b.wait_quiet().await;
         let x_task = {
             let (x, key) = (x.clone(), key.clone());
-            tokio::spawn(async move { x.lock(&key).wait(WAIT).lease(LEASE).acquire().await })
+            tokio::spawn(async move {
+                x_kind
+                    .request(&x, &key)
+                    .wait(WAIT)
+                    .lease(LEASE)
+                    .acquire()
+                    .await
+            })
         };
         in_line(&a, &key, 2).await;
 
@@ -551,14 +661,22 @@ async fn a_lapsed_grant_read_after_a_busy_attempt_never_gives_a_token_below_the_
         b.resume();
         b.paused_at("script_answered").await;
         let line = a.inspect(&key).await.unwrap().map(|info| info.waiting());
+        assert_eq!(
+            line,
+            Some(1),
+            "{key}: B's attempt did not find X's lock and put B back in line (the route \
+             this test is for was not taken)"
+        );
         // X lets go: with B back in line, the key is granted to B anew.
+        let granted = b.count("granted");
         x_guard.release().await.expect("X releases");
         b.resume();
         let b_taken = taken(b_task).await;
         eprintln!(
-            "{key}: A {a_token}, X {x_token}, B {} (Redis: {:?}; in line when X released: \
-             {line:?})",
-            b_taken.token, b_taken.redis
+            "{key}: A {a_token}, X {x_token}, B {} (Redis: {:?}; by a grant: {})",
+            b_taken.token,
+            b_taken.redis,
+            b.count("granted") > granted
         );
         if b_taken.token <= x_token || b_taken.redis != Some(("b".to_owned(), b_taken.token)) {
             broken.push(format!(
@@ -570,8 +688,9 @@ async fn a_lapsed_grant_read_after_a_busy_attempt_never_gives_a_token_below_the_
     }
     assert!(
         broken.is_empty(),
-        "B's guard did not carry the token Redis holds for it, above X's, in {} of {RUNS} \
-         runs: the grant B read after its attempt found X's lock was honoured:\n{}",
+        "B's guard ({b_kind:?}, behind A's {a_kind:?} and before X's {x_kind:?}) did not \
+         carry the token Redis holds for it, above X's, in {} of {RUNS} runs: the grant B \
+         read after its attempt found X's lock was honoured:\n{}",
         broken.len(),
         broken.join("\n")
     );
@@ -599,7 +718,7 @@ async fn a_grant_evicted_before_a_busy_attempt_is_never_returned_as_a_lock() {
     for run in 0..RUNS {
         let key = format!("evicted:{run}");
         let a_guard = a.lock(&key).lease(LEASE).acquire().await.unwrap();
-        let mut b_task = acquire_and_look(&b, &key);
+        let mut b_task = acquire_and_look(&b, &key, Kind::Whole);
         in_line(&a, &key, 1).await;
         b.wait_quiet().await;
 

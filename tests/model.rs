@@ -51,7 +51,8 @@
 //!   **confirms** (EXTEND with the owner check, to its full lease; a failed one marks
 //!   the lock lost: the grant was evicted, or its grantee paused past the grace before
 //!   confirming). An **attempt** that finds the key granted to it takes it (full
-//!   lease, fresh token, `T:<ms>`). A grant message can race its waiter's attempt
+//!   lease, fresh token, and no message: a grant of a shorter lease than the lock it
+//!   replaced was announced when it was made, and the lease taken now ends later). A grant message can race its waiter's attempt
 //!   (issue 33): it reaches a waiter whose attempt is due (woken by its timer or a
 //!   message, or retrying after a fresh subscription), or the waiter's timer is taken
 //!   first; the **busy** reply of that attempt carries its **grant floor** (the
@@ -885,9 +886,10 @@ impl Protocol {
             if registered || how == How::Reservation {
                 s.waitlist.retain(|registration| registration.id != id);
             }
-            if how == How::Reservation
-                || (matches!(how, How::HandOff | How::GrantTaken) && self.announce_lease)
-            {
+            // A grant taken by its waiter's attempt says nothing: the others heard at the
+            // grant what they need (a shorter lease is announced then), and this lease,
+            // counted from now, ends no sooner.
+            if how == How::Reservation || (how == How::HandOff && self.announce_lease) {
                 s.publish(Message::Taken(self.clients[p as usize][t as usize]));
             }
             let now = u32::from(s.clock.saturating_sub(s.skew)) * UNITS_PER_TICK;

@@ -268,6 +268,7 @@ local contended = ''
 if handed_off == 1 then contended = '{CONTENDED}' end
 local acquired = redis.call('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2])
 local reserved = false
+local taken_grant = false
 local value
 if not acquired then
   value = redis.pcall('GET', KEYS[1])
@@ -278,6 +279,10 @@ if not acquired then
     redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
     acquired = true
     reserved = true
+    -- Its own grant (not a reservation): the other waiters heard what they need when it
+    -- was made (`free_for_next` announces a grant of a shorter lease), and this lease,
+    -- counted from now, ends no sooner than that one.
+    taken_grant = value ~= 'reserved:' .. ARGV[4]
   else
     -- Not taken: the token goes unused (tokens only need to rise), but a counter this
     -- attempt created would be left behind.
@@ -294,7 +299,7 @@ if acquired then
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('ZREM', {expiries}, ARGV[4])
   end
-  if reserved or handed_off == 1 then
+  if (reserved and not taken_grant) or handed_off == 1 then
     -- The key changed hands: tell the other waiters when the new lease ends, which may
     -- be sooner than the lease they were told (tests/model.rs found them asleep on a
     -- free key otherwise).

@@ -306,7 +306,18 @@ impl RedisServer {
         let deadline = Instant::now() + STARTUP_LIMIT;
         loop {
             if ping(port) {
-                return Ok(child);
+                // Another test's server may have taken the port between `free_port` and
+                // our bind (ours then exits): the one that answers must be ours, or
+                // two tests would share a server.
+                match pid_on_port(port, None) {
+                    Some(pid) if pid == child.id() => return Ok(child),
+                    Some(pid) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(format!("port {port} was taken by process {pid}"));
+                    }
+                    None => {}
+                }
             }
             if let Ok(Some(status)) = child.try_wait() {
                 let mut stderr = String::new();
@@ -399,6 +410,41 @@ pub fn ping(port: u16) -> bool {
     }
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+}
+
+/// The process id of the server that answers on 127.0.0.1:`port` (`INFO server`),
+/// after `AUTH password` if one is given; `None` if nothing answers that.
+pub fn pid_on_port(port: u16, password: Option<&str>) -> Option<u32> {
+    use std::io::Write;
+    let mut stream = TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut line = String::new();
+    if let Some(password) = password {
+        stream
+            .write_all(format!("AUTH {password}\r\n").as_bytes())
+            .ok()?;
+        reader.read_line(&mut line).ok()?;
+        if !line.starts_with("+OK") {
+            return None;
+        }
+        line.clear();
+    }
+    stream.write_all(b"INFO server\r\n").ok()?;
+    reader.read_line(&mut line).ok()?;
+    let length: usize = line.strip_prefix('$')?.trim().parse().ok()?;
+    let mut info = vec![0; length];
+    reader.read_exact(&mut info).ok()?;
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The variable that names the server binary to run instead of `redis-server` (a path,
@@ -580,3 +626,31 @@ pub fn redlock_url_or_throwaway_server() -> (Option<RedisServer>, String) {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeExamples;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two tests once shared a server: the port `free_port` gave one was taken by the
+    /// other's server before its own bound it, and a plain PING was answered by the
+    /// other's. The kit now asks who answers.
+    #[test]
+    fn a_port_taken_by_another_server_is_not_mistaken_for_ours() {
+        let first = RedisServer::start();
+        let second = RedisServer {
+            child: None,
+            port: 0,
+            dir: tempfile::tempdir().expect("a temporary directory"),
+            extra_args: Vec::new(),
+        };
+        let error = second
+            .try_spawn(first.port())
+            .expect_err("the port is taken");
+        let taker = first.pid().expect("the first server runs");
+        assert!(
+            error.contains(&format!("taken by process {taker}")),
+            "{error}"
+        );
+        assert_eq!(pid_on_port(first.port(), None), Some(taker));
+    }
+}

@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{RedisServer, free_port, ping, redis_server_binary};
+use crate::{RedisServer, free_port, redis_server_binary};
 
 /// The service name the sentinels monitor.
 pub const SERVICE: &str = "mymaster";
@@ -64,20 +64,20 @@ impl Sentinel {
                 .spawn()
                 .expect("spawn a sentinel");
             let deadline = Instant::now() + Duration::from_secs(10);
-            let answers = || match password {
-                None => ping(port),
-                Some(password) => {
-                    crate::redis_cli(port, &["-a", password, "--no-auth-warning", "PING"]) == "PONG"
-                }
-            };
             while Instant::now() < deadline {
-                if answers() {
-                    return Sentinel {
-                        child,
-                        port,
-                        password: password.map(str::to_owned),
-                        _dir: dir,
-                    };
+                // The one answering must be ours: another test's server may have taken
+                // the port first (ours then exits, and the next port is tried).
+                match crate::pid_on_port(port, password) {
+                    Some(pid) if pid == child.id() => {
+                        return Sentinel {
+                            child,
+                            port,
+                            password: password.map(str::to_owned),
+                            _dir: dir,
+                        };
+                    }
+                    Some(_) => break,
+                    None => {}
                 }
                 if let Ok(Some(_)) = child.try_wait() {
                     break;

@@ -1,6 +1,6 @@
 //! Connecting to a lock service — one server (or a RedLock master), a Redis Cluster, or
 //! the primary Sentinel names — in RESP3, with release notifications on the same
-//! connection; each gives a [`Node`].
+//! connection (on a Cluster, on a connection of their own); each gives a [`Node`].
 
 #[cfg(feature = "sentinel")]
 use std::sync::Arc;
@@ -102,8 +102,21 @@ pub(crate) async fn cluster(
         .get_async_connection()
         .await
         .map_err(connect_error)?;
+    // The sharded subscriptions get node connections of their own, and the commands
+    // (scripts, publishes) a set that never subscribes. A node that loses a slot (a
+    // failover whose old master lives on, the end of a slot migration) sends the
+    // subscribers of the slot's channels a `sunsubscribe` nobody asked for, and redis
+    // 1.8.1 takes that push for the reply to the oldest command in flight on that node's
+    // connection: every later reply there came one command late, a lock script's reply
+    // given to another lock's request (tests/crossed_replies.rs, repro/crossed-reply).
+    // On a connection that only subscribes, what comes late is a subscription's
+    // confirmation, and the push itself still reaches `notify`, which subscribes anew.
+    let subscriptions = cluster
+        .get_async_connection()
+        .await
+        .map_err(connect_error)?;
     let connection = Connection::Cluster(connection);
-    let notifications = ReleaseNotifications::start(connection.clone(), &handler);
+    let notifications = ReleaseNotifications::start(Connection::Cluster(subscriptions), &handler);
     let node = Node::new(url, connection, notifications, config, None);
     node.check_eviction_policy().await;
     node.load_scripts().await;

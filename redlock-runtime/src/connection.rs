@@ -30,13 +30,14 @@ pub(crate) enum Connection {
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
+        let reply = match self {
             Connection::Server(connection) => connection.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
             #[cfg(feature = "sentinel")]
             Connection::Sentinel(connection) => connection.req_packed_command(cmd),
-        }
+        };
+        Box::pin(async move { in_step(reply.await?) })
     }
 
     fn req_packed_commands<'a>(
@@ -45,7 +46,7 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
+        let replies = match self {
             Connection::Server(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
@@ -57,7 +58,16 @@ impl ConnectionLike for Connection {
             Connection::Sentinel(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-        }
+        };
+        Box::pin(async move {
+            let replies = replies.await?;
+            for reply in &replies {
+                if let Value::Push { kind, data } = reply {
+                    return Err(out_of_step(kind, data));
+                }
+            }
+            Ok(replies)
+        })
     }
 
     fn get_db(&self) -> i64 {
@@ -283,6 +293,34 @@ async fn primaries(mut cluster: ClusterConnection) -> RedisResult<Vec<(String, u
     Ok(found)
 }
 
+/// A command's reply, unless it is a push frame. Subscriptions do not go through
+/// [`ConnectionLike`] (see [`Connection::subscribe`]), so no command sent through it
+/// is answered by a push: one that is, was handed a frame meant for no request (redis
+/// 1.8.1 takes a `sunsubscribe` the server sends by itself for the reply to the oldest
+/// command in flight), and every later reply on that connection comes one command late.
+/// Its caller gets an error, as for a reply that never came: a lock attempt's outcome
+/// is then unknown and cleaned up, never believed.
+fn in_step(reply: Value) -> RedisResult<Value> {
+    match reply {
+        Value::Push { kind, data } => Err(out_of_step(&kind, &data)),
+        reply => Ok(reply),
+    }
+}
+
+/// The error of a reply that belongs to no request (see [`in_step`]).
+fn out_of_step(kind: &redis::PushKind, data: &[Value]) -> redis::RedisError {
+    tracing::warn!(
+        ?kind,
+        ?data,
+        "redlock: a push frame came back as a command's reply: the connection's replies are out of step"
+    );
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "replies out of step: a push frame came back as a command's reply",
+        format!("{kind:?} {data:?}"),
+    ))
+}
+
 /// Whether an error means the key's slot is moving between shards (resharding) or
 /// the cluster is re-electing: the same command succeeds a little later.
 pub(crate) fn slot_is_moving(error: &redis::RedisError) -> bool {
@@ -463,6 +501,22 @@ fn companion_key(tag: Option<&str>, prefix: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_push_answering_a_command_is_an_error_and_any_other_reply_passes() {
+        let push = Value::Push {
+            kind: redis::PushKind::SUnsubscribe,
+            data: vec![
+                Value::BulkString(b"redlock:released:{x}k".to_vec()),
+                Value::Int(0),
+            ],
+        };
+        let error = in_step(push).expect_err("a push taken for a reply");
+        assert!(error.to_string().contains("out of step"), "{error}");
+        assert_eq!(in_step(Value::Int(7)).unwrap(), Value::Int(7));
+        let array = Value::Array(vec![Value::Int(0), Value::Int(12)]);
+        assert_eq!(in_step(array.clone()).unwrap(), array);
+    }
 
     #[tokio::test]
     async fn a_command_sent_again_says_so_and_only_within_its_limit() {

@@ -205,7 +205,7 @@ impl Node {
     pub(crate) async fn load_scripts(&self) {
         let loads = scripts::all().map(|script| {
             let mut connection = self.connection.clone();
-            async move { script.prepare_invoke().load_async(&mut connection).await }
+            async move { script.load_checked(&mut connection).await }
         });
         let loaded =
             tokio::time::timeout(self.response_timeout, futures_util::future::join_all(loads))
@@ -814,10 +814,7 @@ impl Node {
         };
         if replies.iter().any(no_script) {
             // Redis restarted (or flushed its scripts): load it, then renew once more.
-            scripts::EXTEND
-                .prepare_invoke()
-                .load_async(&mut connection)
-                .await?;
+            scripts::EXTEND.load_checked(&mut connection).await?;
             return pipeline.query_async(&mut connection).await;
         }
         Ok(replies)

@@ -3,8 +3,10 @@
 //! A release publishes on the key's channel (see [`crate::scripts::release_channel`]);
 //! a grant, on the granted client's own channel for the key (see
 //! `scripts::GRANT_CHANNEL_PREFIX`), which only that client subscribes to.
-//! The client's one connection speaks RESP3, so published messages arrive on it as push
-//! frames; no second connection is needed. Per channel the client keeps one
+//! The client's connection speaks RESP3, so published messages arrive on it as push
+//! frames; one server and Sentinel need no second connection. A Cluster's sharded
+//! subscriptions have a connection of their own (see `connect::cluster`: a node losing a
+//! slot would otherwise put the commands' replies out of step). Per channel the client keeps one
 //! subscription and one [`Notify`], shared by every listener of that key, and a
 //! message wakes one listener (`notify_one`), never all of them.
 //!

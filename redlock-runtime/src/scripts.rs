@@ -135,8 +135,66 @@ end
 /// Prefix of the channel a release is published on; the lock key follows it.
 pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
+/// A Lua script with its source. `redis::Script` keeps the source to itself, and a
+/// load whose reply is checked needs to send it (see [`Lua::load_checked`]); everything
+/// else uses the script through `Deref`.
+pub(crate) struct Lua {
+    script: redis::Script,
+    code: String,
+}
+
+impl Lua {
+    fn new(code: String) -> Self {
+        Lua {
+            script: redis::Script::new(&code),
+            code,
+        }
+    }
+
+    /// `SCRIPT LOAD`s the script, and checks that the SHA1 Redis answers is its own: a
+    /// reply out of step (another request's) is an error, not a script believed loaded.
+    /// (`Script::load_async` only `debug_assert`s it: a release build goes on, a debug
+    /// build panics.)
+    pub(crate) async fn load_checked(
+        &self,
+        connection: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<()> {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&self.code)
+            .query_async(connection)
+            .await?;
+        loaded_as(self.get_hash(), &sha)
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = redis::Script;
+
+    fn deref(&self) -> &redis::Script {
+        &self.script
+    }
+}
+
+/// Whether `SCRIPT LOAD` answered the script's own SHA1 (`expected`).
+fn loaded_as(expected: &str, answered: &str) -> redis::RedisResult<()> {
+    if answered.eq_ignore_ascii_case(expected) {
+        return Ok(());
+    }
+    tracing::warn!(
+        expected,
+        answered,
+        "redlock: SCRIPT LOAD answered another script's SHA1: the connection's replies are out of step"
+    );
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "replies out of step: SCRIPT LOAD answered another script's SHA1",
+        format!("expected {expected}, got {answered}"),
+    )))
+}
+
 /// Every script the client runs on its servers, loaded at connect (`Node::load_scripts`).
-pub(crate) fn all() -> [&'static redis::Script; 10] {
+pub(crate) fn all() -> [&'static Lua; 10] {
     [
         &ACQUIRE,
         &SHARED_ACQUIRE,
@@ -213,8 +271,8 @@ pub(crate) fn all() -> [&'static redis::Script; 10] {
 /// that forgot everything) answers `NoQuorum` until `max_lease` has passed since a
 /// client first found it so — unless an operator, who knows it is new, vouches for
 /// its masters ([`VOUCH`]).
-pub(crate) static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 local boot, left = 0, 0
 if ARGV[9] and ARGV[9] ~= '' then
@@ -540,8 +598,8 @@ end
 /// and below every grant made after it; `ms` and `registered` as [`ACQUIRE`]'s), `{-1, type, 0}` when the key holds something redlock did not write, `{-2, limit
 /// found, 0}` when the key is held in shares under another limit (a semaphore of
 /// another size, or a read lock).
-pub(crate) static SHARED_ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static SHARED_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 local channel, publish, grace = ARGV[3], ARGV[4], ARGV[5]
 {settle_shares}{SERVER_MS_FN}{free_for_next}
@@ -776,8 +834,8 @@ end
 /// A kept key's value gains the prefix `kept:`, so that a renewal already on its
 /// way cannot stretch it back to the full lease, and tells every waiter when it ends
 /// (`K:<ms>`), so that they retry then rather than at the end of the original lease.
-pub(crate) static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 local value = redis.pcall('GET', KEYS[1])
 local ours = {ours}
@@ -995,8 +1053,8 @@ end
 /// share names (derived elsewhere). ARGV: waiter id (its waitlist member), (unused), release
 /// channel, publish command, grace of a reservation (ms). Returns 3 when it granted
 /// the key to the next in line, 1 when it passed the key on otherwise, else 0.
-pub(crate) static LEAVE_WAITLIST: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static LEAVE_WAITLIST: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
@@ -1069,8 +1127,8 @@ return 1
 /// [`LEAVE_WAITLIST`]'s (no waiter id), and on a cluster the holders and share names as
 /// KEYS[5] and KEYS[6] (derived elsewhere). Returns 3 when it granted, 1 when it
 /// reserved the key, else 0.
-pub(crate) static LAPSED_GRANT: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static LAPSED_GRANT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
@@ -1135,8 +1193,8 @@ return 1
 /// [`CONTENDED`]) can have such waiters, or a key held in shares (its waiters mark
 /// nothing), or on RedLock any lock (a waiter listens on masters its attempts may not
 /// have marked); an uncontended lock's extend stays `GET` and `PEXPIRE`.
-pub(crate) static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 local value = redis.pcall('GET', KEYS[1])
 if {ours} then
@@ -1193,8 +1251,8 @@ return gone(forced, ARGV[1])
 /// are not locks. `waiting`: the waitlist's live entries; `shares`: for a key held in
 /// shares, each live share's owner token, remaining lease (ms) and `<fencing token>
 /// <client name>` (empty for a share an older redlock took), flat; else empty.
-pub(crate) static INSPECT: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static INSPECT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 {seen}
 return seen() or shares_seen(KEYS[4], KEYS[5])
@@ -1217,8 +1275,8 @@ return seen() or shares_seen(KEYS[4], KEYS[5])
 /// longest of them had to run. One marker per key, gone with the lease it evicted:
 /// nothing accumulates (a second eviction of the same key within that time names only
 /// the later owners).
-pub(crate) static FORCE_UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static FORCE_UNLOCK: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 {seen}
 local evicted = seen()
@@ -1353,8 +1411,8 @@ end
 /// below it and writes the token into the owner's lock (RedLock: the token chosen
 /// from a majority is written back to it, on every master, so that each names the
 /// token its holder was given).
-pub(crate) static RAISE_FENCE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static RAISE_FENCE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 local value = redis.pcall('GET', KEYS[2])
 if {ours} then
@@ -1402,8 +1460,8 @@ pub(crate) const VOUCH_KEYS_LOOKED_AT: u64 = 100_000;
 /// process and unused since (nothing written), `{0, key, why}` not blank (`why`:
 /// `lock`, `internal`, `restarted`, `stale`, `voted`, `used`), `{-1, keys}` more keys
 /// than it looks through.
-pub(crate) static VOUCH: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&format!(
+pub(crate) static VOUCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(format!(
         r#"
 {IS_LOCK}
 local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
@@ -1477,3 +1535,22 @@ return {{1}}
         reserved_len = RESERVED_PREFIX.len(),
     ))
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_load_answering_another_scripts_sha_is_an_error() {
+        let acquire = ACQUIRE.get_hash();
+        assert!(loaded_as(acquire, acquire).is_ok());
+        assert!(loaded_as(acquire, &acquire.to_uppercase()).is_ok());
+        let error = loaded_as(acquire, RELEASE.get_hash()).expect_err("another script's SHA1");
+        assert!(error.to_string().contains("out of step"), "{error}");
+        // Every script has its own SHA1, so a reply out of step is always told apart.
+        let mut hashes: Vec<&str> = all().iter().map(|script| script.get_hash()).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(hashes.len(), all().len());
+    }
+}

@@ -6,10 +6,11 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -194,10 +195,13 @@ async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *future).poll(cx))).await
 }
 
-/// `redlock_lost_total` of `label` for `cause`, from a recorder installed for this test
-/// binary (only the test that reads it labels its locks so).
-fn lost_total(label: &str, cause: &str) -> u64 {
+/// What this binary recorded so far, summed over every snapshot: a snapshot drains
+/// what it reads, and the tests of this file run at once, so each snapshot adds to
+/// these totals rather than being read by one test alone.
+fn recorded(name: &str, labels: &[(&str, &str)]) -> f64 {
+    type Series = (String, Vec<(String, String)>);
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    static TOTALS: Mutex<BTreeMap<Series, f64>> = Mutex::new(BTreeMap::new());
     let snapshotter = SNAPSHOTTER.get_or_init(|| {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
@@ -206,25 +210,51 @@ fn lost_total(label: &str, cause: &str) -> u64 {
             .expect("the only recorder of this binary");
         snapshotter
     });
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter_map(|(key, _, _, value)| {
-            let key = key.key().clone();
-            let ours = key.name() == "redlock_lost_total"
-                && key
-                    .labels()
-                    .any(|l| l.key() == "lock" && l.value() == label)
-                && key
-                    .labels()
-                    .any(|l| l.key() == "cause" && l.value() == cause);
-            match value {
-                DebugValue::Counter(n) if ours => Some(n),
-                _ => None,
-            }
+    let mut totals = TOTALS.lock().unwrap();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let mut series_labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        series_labels.sort();
+        let delta = match value {
+            DebugValue::Counter(n) => n as f64,
+            DebugValue::Gauge(g) => g.into_inner(),
+            DebugValue::Histogram(_) => continue,
+        };
+        *totals
+            .entry((key.name().to_owned(), series_labels))
+            .or_default() += delta;
+    }
+    totals
+        .iter()
+        .filter(|((series, series_labels), _)| {
+            series == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| series_labels.iter().any(|(sk, sv)| sk == k && sv == v))
         })
+        .map(|(_, total)| total)
         .sum()
+}
+
+/// `redlock_lost_total` of `label` for `cause` (only the test that reads it labels its
+/// locks so).
+fn lost_total(label: &str, cause: &str) -> u64 {
+    recorded("redlock_lost_total", &[("lock", label), ("cause", cause)]) as u64
+}
+
+/// Waits until `count` tasks wait in line for the lock labelled `label`.
+async fn until_waiting(label: &str, count: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while recorded("redlock_waiting", &[("lock", label)]) < count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} tasks did not line up for {label}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// The next in line fails after it has picked the releasing holder's lock up but before
@@ -249,12 +279,14 @@ async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_g
     let taker = tokio::spawn(
         client
             .lock("vanishing")
+            .label("vanishing-taker")
             .wait(Duration::from_secs(10))
             .lease(Duration::from_secs(10))
             .acquire(),
     );
-    // Lined up behind the holder, so that the release hands the lock to it.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Lined up behind the holder, so that the release hands the lock to it (a fixed
+    // pause was too short under load: the taker then found the key deleted and took it).
+    until_waiting("vanishing-taker", 1.0).await;
     assert_eq!(server.cli(&["DEL", "vanishing"]), "1");
     let released = holder.release().await;
     assert!(
@@ -353,11 +385,12 @@ async fn a_hand_off_across_a_redis_restart_reports_the_lock_lost() {
     let taker = tokio::spawn(
         client
             .lock("restarted")
+            .label("restarted-taker")
             .wait(Duration::from_secs(10))
             .lease(Duration::from_secs(10))
             .acquire(),
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_waiting("restarted-taker", 1.0).await;
     server.restart();
     let error = holder
         .release()

@@ -7,8 +7,8 @@
 # features and with every feature (warnings denied), the library built with the
 # declared minimum Rust version, and the two published crates packaged and built from their
 # packages (`cargo package`, offline: every dependency was fetched by the checks).
-# Then the test files that exercise the protocol run again on Valkey (the Valkey pass,
-# at the end): the suite runs on Redis 7.0.15 and Valkey 8.1.8.
+# Every test runs on Redis 7.0.15, and the test files that exercise the protocol run
+# on Valkey 8.1.8 too (the Valkey pass, beside the Redis run: see the phases below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
@@ -48,19 +48,40 @@ if [ "$(id -u)" = "0" ] && ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/i
              # In CI, a suite that quietly skips is a failure.
              if [ -n "${CI:-}" ]; then exit 1; fi; }
 fi
-echo "== cargo test --workspace (every test, on $("${REDIS_SERVER:-redis-server}" --version | cut -d' ' -f1-3))" >&2
-cargo test --workspace --locked "$@"
+# Every test, built once: both servers' runs below use the same binaries.
+echo "== cargo test --workspace --no-run (building every test)" >&2
+cargo test --workspace --locked --no-run --quiet
+
+# The tests are run in two phases, timed so that the timing tests never share the two
+# cores with a compiler:
+# 1. the tests that talk to servers, on Redis and (at the same time, in the
+#    background) the protocol's tests on Valkey: they mostly wait on sockets and
+#    timers, so the two runs fit side by side;
+# 2. then, alone, the tests that compile or compute: the attribute's compile-fail
+#    cases (ui), the lint and build checks, the model checks, every crate's unit tests,
+#    the examples (built here) and the doc tests.
+# Arguments go to every `cargo test` run (e.g. `-- --nocapture`); each run goes on past a
+# failing test file (`--no-fail-fast`), so that one run reports every failure.
+heavy_tests=(
+    ui                  # trybuild compiles each case
+    macro_lints         # clippy on an expansion
+    getting_started     # builds a new project as the README says
+    msrv                # reads every dependency's manifest
+    model               # the model check (stateright), both cores
+    model_redlock
+    examples            # builds and runs the examples
+    cli                 # builds and runs the `redlock` command
+)
 
 # The Valkey pass: the test files that exercise the protocol (its scripts, replies,
 # pub/sub, replication, Cluster and Sentinel behaviour), run again with the test kit
 # starting valkey-server (REDIS_SERVER) and using valkey-cli (REDIS_CLI, for
-# `--cluster create`). They run after the main pass, not beside it: the timing tests
-# would share two cores with trybuild and the examples' builds. Redis only: the
-# attribute's tests (macro_*, ui), the `redlock` command (cli), the examples, the builds
-# (getting_started, msrv, macro_lints), settings, metrics, errors_say_why,
-# default_client_unavailable and test_util (client-side behaviour, or the kit itself),
-# the model checks (model, model_redlock: no server), and the partition suite (network
-# namespaces, Redis only).
+# `--cluster create`). Redis only: the attribute's tests (macro_*, ui), the `redlock`
+# command (cli), the examples, the builds (getting_started, msrv, macro_lints),
+# settings, metrics, errors_say_why, default_client_unavailable and test_util
+# (client-side behaviour, or the kit itself), the model checks (model, model_redlock:
+# no server), crossed_replies (a check of the redis crate's Cluster client, not of the
+# server), and the partition suite (network namespaces, Redis only).
 valkey_tests=(
     exclusion           # one server: exclusion under contention, by tasks and processes
     waiting             # waking on the release (pub/sub), timeouts
@@ -79,6 +100,7 @@ valkey_tests=(
     shared_history      # history checks of the shared primitives, four processes
     shared_faults       # holders of shared primitives that die
     redlock             # RedLock over five masters, killed and restarted
+    vouch               # a new RedLock deployment vouched for, and what is refused
     cluster             # Cluster: slots, migration (ASK, TRYAGAIN), failover, sharded pub/sub
     shared_cluster      # the shared primitives on a Cluster
     sentinel            # Sentinel (valkey-server --sentinel): replica confirmation, failover
@@ -90,10 +112,56 @@ valkey_tests=(
     tls                 # TLS: skipped on this Valkey (built without TLS; one line says
                         # so), but for the two tests that need no TLS port
 )
+
+# Phase 1's Redis run: every integration test file of the root package (tests/*.rs and
+# tests/*/main.rs) but the heavy ones, so a new test file joins it by itself.
+server_tests=()
+for file in tests/*.rs tests/*/main.rs; do
+    name="${file#tests/}"
+    name="${name%/main.rs}"
+    name="${name%.rs}"
+    case " ${heavy_tests[*]} " in *" $name "*) continue ;; esac
+    server_tests+=("$name")
+done
+
+redis_version="$("${REDIS_SERVER:-redis-server}" --version | cut -d' ' -f1-3)"
+valkey_log="${CARGO_TARGET_DIR:-target}/valkey-pass.log"
+valkey_pid=""
+# The background run ends with this script, whatever way it ends.
+stop_valkey_pass() {
+    if [ -n "$valkey_pid" ] && kill -0 "$valkey_pid" 2>/dev/null; then
+        pkill -TERM -P "$valkey_pid" 2>/dev/null || true
+        kill -TERM "$valkey_pid" 2>/dev/null || true
+    fi
+}
+trap stop_valkey_pass EXIT
 if [ -n "$VALKEY_SERVER" ]; then
-    echo "== the protocol's tests again on $("$VALKEY_SERVER" --version | cut -d' ' -f1-3) ($VALKEY_SERVER)" >&2
+    valkey_version="$("$VALKEY_SERVER" --version | cut -d' ' -f1-3)"
+    echo "== phase 1, in the background: the protocol's tests on $valkey_version ($VALKEY_SERVER; output in $valkey_log)" >&2
     REDIS_SERVER="$VALKEY_SERVER" REDIS_CLI="$VALKEY_CLI" \
-        cargo test --locked "${valkey_tests[@]/#/--test=}" "$@"
+        cargo test --workspace --locked --no-fail-fast "${valkey_tests[@]/#/--test=}" "$@" >"$valkey_log" 2>&1 &
+    valkey_pid=$!
 else
-    echo "Valkey pass skipped (Valkey missing, see above): the protocol's tests ran on Redis only" >&2
+    echo "Valkey pass skipped (Valkey missing, see above): the protocol's tests run on Redis only" >&2
 fi
+echo "== phase 1: the tests that talk to servers, on $redis_version" >&2
+redis_status=0
+cargo test --workspace --locked --no-fail-fast "${server_tests[@]/#/--test=}" "$@" || redis_status=$?
+valkey_status=0
+if [ -n "$valkey_pid" ]; then
+    wait "$valkey_pid" || valkey_status=$?
+    valkey_pid=""
+    echo "== phase 1, the Valkey run's output ($valkey_version)" >&2
+    cat "$valkey_log"
+    echo "== phase 1 on $valkey_version: $(grep -c '^test result: ok' "$valkey_log") test files passed, exit status $valkey_status" >&2
+fi
+if [ "$redis_status" != 0 ] || [ "$valkey_status" != 0 ]; then
+    echo "phase 1 failed: exit status $redis_status on $redis_version, $valkey_status on Valkey (output above)" >&2
+    exit 1
+fi
+
+echo "== phase 2: the tests that compile or compute, on $redis_version" >&2
+cargo test --workspace --locked --no-fail-fast --lib --bins --examples "${heavy_tests[@]/#/--test=}" \
+    --test=layers "$@"
+echo "== phase 2: the doc tests" >&2
+cargo test --workspace --locked --doc "$@"

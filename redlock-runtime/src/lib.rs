@@ -242,8 +242,9 @@
 //! key's companion keys and channel live (slots, hash tags) and retries while a slot
 //! moves; `confirm` keeps connections of their own for `WAIT`-confirmed acquisitions.
 //!
-//! **News** — `notify` subscribes to release channels over the client's one RESP3
-//! connection and tells each waiter what a message means for it (`Release::parse`).
+//! **News** — `notify` subscribes to release channels over the client's RESP3
+//! connection (on a Cluster, connections that only subscribe: see `connect::cluster`)
+//! and tells each waiter what a message means for it (`Release::parse`).
 //!
 //! **Servers** — `node` is one server: each lock operation as one script call, its reply
 //! parsed into a type (`parse_attempt`); `connect` builds a node in each mode (server,

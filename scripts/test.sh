@@ -18,24 +18,24 @@ source scripts/require-valkey.sh
 # Every dependency's sources, for every platform: the build fetches only Linux's, but
 # `tests/msrv.rs` reads every manifest (`cargo metadata --offline`) and `cargo package`
 # below works offline. On a fresh machine (an empty cargo home) nothing is there yet.
-echo "== cargo fetch --locked (every platform's dependencies)" >&2
+echo "== [$(date +%H:%M:%S)] cargo fetch --locked (every platform's dependencies)" >&2
 cargo fetch --locked --quiet
 for features in "" cluster sentinel tls metrics test-util; do
-    echo "== cargo check -p redlock-runtime --no-default-features --features '$features'" >&2
+    echo "== [$(date +%H:%M:%S)] cargo check -p redlock-runtime --no-default-features --features '$features'" >&2
     cargo check --locked --quiet -p redlock-runtime --no-default-features --features "$features" --lib
 done
 # The lean build's unit tests: what a build without a feature says when asked for it.
-echo "== cargo test -p redlock-runtime --no-default-features --lib" >&2
+echo "== [$(date +%H:%M:%S)] cargo test -p redlock-runtime --no-default-features --lib" >&2
 cargo test --locked --quiet -p redlock-runtime --no-default-features --lib
 for features in "" "--all-features"; do
-    echo "== cargo doc ${features:-(default features)} (warnings denied)" >&2
+    echo "== [$(date +%H:%M:%S)] cargo doc ${features:-(default features)} (warnings denied)" >&2
     RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet --no-deps $features \
         -p redlock-runtime -p redlock-macros
 done
 # The declared rust-version (Cargo.toml), checked with that very toolchain when rustup
 # can install it; tests/msrv.rs checks it against every dependency's own.
 source scripts/check-msrv.sh
-echo "== cargo package -p redlock-macros -p redlock-runtime" >&2
+echo "== [$(date +%H:%M:%S)] cargo package -p redlock-macros -p redlock-runtime" >&2
 cargo package --locked --offline --quiet --allow-dirty -p redlock-macros -p redlock-runtime
 # The partition tests (tests/partitions/) make network namespaces with iproute2's `ip`;
 # as root without it, install it (without root they skip, saying so).
@@ -49,7 +49,7 @@ if [ "$(id -u)" = "0" ] && ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/i
              if [ -n "${CI:-}" ]; then exit 1; fi; }
 fi
 # Every test, built once: both servers' runs below use the same binaries.
-echo "== cargo test --workspace --no-run (building every test)" >&2
+echo "== [$(date +%H:%M:%S)] cargo test --workspace --no-run (building every test)" >&2
 cargo test --workspace --locked --no-run --quiet
 
 # The tests are run in two phases, timed so that the timing tests never share the two
@@ -137,31 +137,32 @@ stop_valkey_pass() {
 trap stop_valkey_pass EXIT
 if [ -n "$VALKEY_SERVER" ]; then
     valkey_version="$("$VALKEY_SERVER" --version | cut -d' ' -f1-3)"
-    echo "== phase 1, in the background: the protocol's tests on $valkey_version ($VALKEY_SERVER; output in $valkey_log)" >&2
+    echo "== [$(date +%H:%M:%S)] phase 1, in the background: the protocol's tests on $valkey_version ($VALKEY_SERVER; output in $valkey_log)" >&2
     REDIS_SERVER="$VALKEY_SERVER" REDIS_CLI="$VALKEY_CLI" \
         cargo test --workspace --locked --no-fail-fast "${valkey_tests[@]/#/--test=}" "$@" >"$valkey_log" 2>&1 &
     valkey_pid=$!
 else
     echo "Valkey pass skipped (Valkey missing, see above): the protocol's tests run on Redis only" >&2
 fi
-echo "== phase 1: the tests that talk to servers, on $redis_version" >&2
+echo "== [$(date +%H:%M:%S)] phase 1: the tests that talk to servers, on $redis_version" >&2
 redis_status=0
 cargo test --workspace --locked --no-fail-fast "${server_tests[@]/#/--test=}" "$@" || redis_status=$?
 valkey_status=0
 if [ -n "$valkey_pid" ]; then
     wait "$valkey_pid" || valkey_status=$?
     valkey_pid=""
-    echo "== phase 1, the Valkey run's output ($valkey_version)" >&2
+    echo "== [$(date +%H:%M:%S)] phase 1, the Valkey run's output ($valkey_version)" >&2
     cat "$valkey_log"
-    echo "== phase 1 on $valkey_version: $(grep -c '^test result: ok' "$valkey_log") test files passed, exit status $valkey_status" >&2
+    echo "== [$(date +%H:%M:%S)] phase 1 on $valkey_version: $(grep -c '^test result: ok' "$valkey_log") test files passed, exit status $valkey_status" >&2
 fi
 if [ "$redis_status" != 0 ] || [ "$valkey_status" != 0 ]; then
     echo "phase 1 failed: exit status $redis_status on $redis_version, $valkey_status on Valkey (output above)" >&2
     exit 1
 fi
 
-echo "== phase 2: the tests that compile or compute, on $redis_version" >&2
+echo "== [$(date +%H:%M:%S)] phase 2: the tests that compile or compute, on $redis_version" >&2
 cargo test --workspace --locked --no-fail-fast --lib --bins --examples "${heavy_tests[@]/#/--test=}" \
     --test=layers "$@"
-echo "== phase 2: the doc tests" >&2
+echo "== [$(date +%H:%M:%S)] phase 2: the doc tests" >&2
 cargo test --workspace --locked --doc "$@"
+echo "== [$(date +%H:%M:%S)] every test passed, in $((SECONDS / 60)) min $((SECONDS % 60)) s" >&2

@@ -1,5 +1,7 @@
 //! A model check of the single-server protocol (`LockClient::connect`), with
-//! [`stateright`].
+//! [`stateright`]. Two focused models follow the main one, each in a module of its own:
+//! `a_writer_leaves_the_line` (the read-write lock) and `several_keys`
+//! (`LockClient::lock_all`, issue 35: the order in which several keys are taken).
 //!
 //! # What is modelled
 //! One Redis server, one lock key, two or three client processes (in some settings the
@@ -2365,4 +2367,487 @@ fn announcing_a_shortened_lease_keeps_waiters_awake() {
     let [two, in_line] = shortened_leases(true);
     explore(two, "extend announced").assert_properties();
     explore(in_line, "extend announced, a task in line").assert_properties();
+}
+
+/// Issue 35: `LockClient::lock_all`, several keys locked as one. A focused model of the
+/// order in which a caller takes its keys, over the single-key protocol's line and grant
+/// as the model above states them (`Protocol::free_for_next`): each key has a holder and
+/// a FIFO line (the waitlist); a release hands the key to the line's head (the grant),
+/// who confirms it; a release with nobody in line deletes the key. A caller's keys are
+/// deduplicated and sorted into the canonical order and taken one at a time, each with
+/// the single-key protocol, holding the keys already taken; on a timeout it leaves the
+/// line and releases every key it took.
+///
+/// The steps, each a script run atomically or a caller's own step: **attempt** on the
+/// caller's next key (free: taken; busy: the caller joins the key's line, as ACQUIRE's
+/// `ZADD NX` does in the same script); **confirm** a grant (the grantee reads the grant
+/// message and its EXTEND with the owner check succeeds: it holds the key and goes on to
+/// the next); **release** one key it holds (RELEASE, then FREE_FOR_NEXT: the key is
+/// granted to the line's head, or deleted; a caller's releases run in any order);
+/// **give up** (its `wait` ran out while in a line: LEAVE_WAITLIST, which passes a grant
+/// made to it meanwhile on, then the releases of the keys it took). A caller that gave
+/// up or released everything ends its call; a caller with more rounds starts again.
+///
+/// Abstracted away (the model above covers them for one key): time, leases and the
+/// watchdog (no process pauses or crashes, so a holder keeps its keys as long as it
+/// wants and every grant is confirmed within the grace, or passed on by its grantee's
+/// LEAVE_WAITLIST; a lapsed grant and its check are not reached), subscriptions (every
+/// waiter listens), hand-offs inside a client, fencing tokens. A timeout is a choice the
+/// checker may make at any step of a caller's wait, at most once per call.
+///
+/// Properties: **exclusion** (always): no two callers believe they hold one key, and a
+/// key a caller believes it holds is its own in Redis. **No deadlock** (always): in every
+/// state where some call is not over, a step other than a timeout is enabled: the
+/// callers get on without any of them giving up (a cycle of callers each holding a key
+/// the next waits for would leave only timeouts). **All done** (eventually): every run
+/// ends with every call over. Stateright checks `eventually` at the end of each path, and
+/// misses paths that loop; this model has no loop (every step moves a caller on, and
+/// rounds are bounded), so every path ends, and a path that ends with a call not over is
+/// a deadlock without timeouts. **Overtaken at most once** (always; the setting with a
+/// caller of one key that comes back, three rounds): from its first busy attempt for a
+/// key until it gets it or gives up, a caller sees the others take that key at most once
+/// (the caller ahead of it in line, if one was; the holder it found joins the line behind
+/// it when it comes back), so however many times the caller of one key comes back, a
+/// caller of two keys that holds the first and waits for the second is not overtaken
+/// again, and gets it. Examples (sometimes): every call of two keys gets both keys; a
+/// caller waits in a line while holding a key; a caller gives up holding a key; a caller
+/// overtaken once.
+///
+/// Broken variants, each caught: keys taken in the caller's own order (the crossing
+/// callers each hold one key and wait for the other: "no deadlock" fails, and without
+/// timeouts "all done" too), and a release that deletes the key and wakes its whole line
+/// to attempt again (no grant, no FIFO: "overtaken at most once" fails as the caller of
+/// one key comes back ahead of the waiter).
+mod several_keys {
+    use std::time::Instant;
+
+    use stateright::{Checker, HasDiscoveries, Model, Property};
+
+    const EXCLUSION: &str = "exclusion";
+    const NO_DEADLOCK: &str = "no deadlock";
+    const ALL_DONE: &str = "all done";
+    const OVERTAKEN_AT_MOST_ONCE: &str = "overtaken at most once";
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Broken {
+        None,
+        /// A caller takes its keys in the order it gave them, not the canonical one.
+        CallersOrder,
+        /// A release deletes the key and wakes every waiter in its line to attempt again
+        /// (no grant: whoever attempts first takes the key).
+        NoLine,
+    }
+
+    #[derive(Clone, Debug)]
+    struct LockAll {
+        /// Each caller's keys (0 and 1), in the order it asks for them, and its calls.
+        callers: Vec<(Vec<u8>, u8)>,
+        /// Callers may time out.
+        give_ups: bool,
+        broken: Broken,
+    }
+
+    /// One key in Redis.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct Key {
+        holder: Option<u8>,
+        /// Granted to the holder by a release, not yet confirmed.
+        granted: bool,
+        /// The waitlist, first in line first.
+        line: Vec<u8>,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Phase {
+        /// Its attempt on the `next`th key of its order is due.
+        Attempt { next: u8 },
+        /// In the line of the `next`th key, waiting for a grant.
+        Waiting { next: u8 },
+        /// Holds every key: the body runs; its releases may begin.
+        Holding,
+        /// Releasing the keys it holds (after the body, or after a timeout).
+        Releasing,
+        /// Every call is over.
+        Done,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    struct Caller {
+        /// Calls over so far.
+        round: u8,
+        phase: Phase,
+        /// The keys it believes it holds (a bit per key).
+        held: u8,
+        /// Calls that got every key.
+        got: u8,
+        /// Since its first busy attempt for the key it is after: how many times another
+        /// caller took that key.
+        passed: Option<u8>,
+        gave_up: bool,
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct State {
+        keys: [Key; 2],
+        callers: Vec<Caller>,
+        /// A caller gave up while holding a key (an example).
+        gave_up_holding: bool,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    enum Action {
+        Attempt(u8),
+        Confirm(u8),
+        Release(u8, u8),
+        GiveUp(u8),
+    }
+
+    impl LockAll {
+        /// Two callers of two keys in crossing orders, two calls each (a caller that
+        /// gave up calls again).
+        fn crossing(broken: Broken, give_ups: bool) -> Self {
+            LockAll {
+                callers: vec![(vec![0, 1], 2), (vec![1, 0], 2)],
+                give_ups,
+                broken,
+            }
+        }
+
+        /// The crossing callers, and a caller of the second key alone that calls three
+        /// times.
+        fn with_a_caller_of_one_key(broken: Broken) -> Self {
+            LockAll {
+                callers: vec![(vec![0, 1], 1), (vec![1, 0], 1), (vec![1], 3)],
+                give_ups: true,
+                broken,
+            }
+        }
+
+        /// The order caller `c` takes its keys in: deduplicated and sorted, as `lock_all`
+        /// does, or as given in the broken variant.
+        fn order(&self, c: u8) -> Vec<u8> {
+            let mut keys = self.callers[c as usize].0.clone();
+            if self.broken != Broken::CallersOrder {
+                keys.sort_unstable();
+                keys.dedup();
+            }
+            keys
+        }
+
+        /// The key caller `c` is after, if it is taking its keys.
+        fn after(&self, s: &State, c: u8) -> Option<u8> {
+            match s.callers[c as usize].phase {
+                Phase::Attempt { next } | Phase::Waiting { next } => {
+                    Some(self.order(c)[next as usize])
+                }
+                _ => None,
+            }
+        }
+
+        /// Caller `c` acquires key `k` (by its attempt, or a grant made to it): every
+        /// other caller refused `k` before, and still after it, is passed once more.
+        fn acquired(&self, s: &mut State, c: u8, k: u8) {
+            for other in 0..s.callers.len() as u8 {
+                if other != c && self.after(s, other) == Some(k) {
+                    let passed = &mut s.callers[other as usize].passed;
+                    *passed = passed.map(|n| n + 1);
+                }
+            }
+        }
+
+        /// RELEASE of key `k` by its holder, then FREE_FOR_NEXT: grant the key to the
+        /// line's head, or delete it. (`Broken::NoLine`: delete it and wake the line.)
+        fn free_for_next(&self, s: &mut State, k: u8) {
+            let key = &mut s.keys[k as usize];
+            key.holder = None;
+            key.granted = false;
+            if self.broken == Broken::NoLine {
+                for c in std::mem::take(&mut key.line) {
+                    if let Phase::Waiting { next } = s.callers[c as usize].phase {
+                        s.callers[c as usize].phase = Phase::Attempt { next };
+                    }
+                }
+            } else if !key.line.is_empty() {
+                let head = key.line.remove(0);
+                key.holder = Some(head);
+                key.granted = true;
+                self.acquired(s, head, k);
+            }
+        }
+
+        /// Caller `c` got the `next`th key of its order: on to the following one, or
+        /// the body.
+        fn took(&self, s: &mut State, c: u8, next: u8, k: u8) {
+            let keys = self.order(c).len() as u8;
+            let caller = &mut s.callers[c as usize];
+            caller.held |= 1 << k;
+            caller.passed = None;
+            caller.phase = if next + 1 < keys {
+                Phase::Attempt { next: next + 1 }
+            } else {
+                caller.got += 1;
+                Phase::Holding
+            };
+        }
+
+        /// Caller `c` holds nothing more: its call is over.
+        fn end_call(&self, s: &mut State, c: u8) {
+            let rounds = self.callers[c as usize].1;
+            let caller = &mut s.callers[c as usize];
+            caller.round += 1;
+            caller.passed = None;
+            caller.phase = if caller.round < rounds {
+                Phase::Attempt { next: 0 }
+            } else {
+                Phase::Done
+            };
+        }
+
+        fn all_done(s: &State) -> bool {
+            s.callers.iter().all(|caller| caller.phase == Phase::Done)
+        }
+    }
+
+    impl Model for LockAll {
+        type State = State;
+        type Action = Action;
+
+        fn init_states(&self) -> Vec<State> {
+            let key = Key {
+                holder: None,
+                granted: false,
+                line: Vec::new(),
+            };
+            let caller = Caller {
+                round: 0,
+                phase: Phase::Attempt { next: 0 },
+                held: 0,
+                got: 0,
+                passed: None,
+                gave_up: false,
+            };
+            vec![State {
+                keys: [key.clone(), key],
+                callers: vec![caller; self.callers.len()],
+                gave_up_holding: false,
+            }]
+        }
+
+        fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+            for (c, caller) in s.callers.iter().enumerate() {
+                let c = c as u8;
+                match caller.phase {
+                    Phase::Attempt { .. } => actions.push(Action::Attempt(c)),
+                    Phase::Waiting { next } => {
+                        let key = &s.keys[self.order(c)[next as usize] as usize];
+                        if key.holder == Some(c) {
+                            actions.push(Action::Confirm(c));
+                        }
+                        if self.give_ups {
+                            actions.push(Action::GiveUp(c));
+                        }
+                    }
+                    Phase::Holding | Phase::Releasing => {
+                        for k in 0..2 {
+                            if caller.held & (1 << k) != 0 {
+                                actions.push(Action::Release(c, k));
+                            }
+                        }
+                    }
+                    Phase::Done => {}
+                }
+            }
+        }
+
+        fn next_state(&self, last: &State, action: Action) -> Option<State> {
+            let mut s = last.clone();
+            match action {
+                Action::Attempt(c) => {
+                    let Phase::Attempt { next } = s.callers[c as usize].phase else {
+                        unreachable!()
+                    };
+                    let k = self.order(c)[next as usize];
+                    let key = &mut s.keys[k as usize];
+                    if key.holder.is_none() {
+                        key.holder = Some(c);
+                        self.acquired(&mut s, c, k);
+                        self.took(&mut s, c, next, k);
+                    } else {
+                        key.line.push(c);
+                        let caller = &mut s.callers[c as usize];
+                        caller.passed.get_or_insert(0);
+                        caller.phase = Phase::Waiting { next };
+                    }
+                }
+                Action::Confirm(c) => {
+                    let Phase::Waiting { next } = s.callers[c as usize].phase else {
+                        unreachable!()
+                    };
+                    let k = self.order(c)[next as usize];
+                    s.keys[k as usize].granted = false;
+                    self.took(&mut s, c, next, k);
+                }
+                Action::Release(c, k) => {
+                    let caller = &mut s.callers[c as usize];
+                    caller.held &= !(1 << k);
+                    caller.phase = Phase::Releasing;
+                    let held = caller.held;
+                    if s.keys[k as usize].holder == Some(c) {
+                        self.free_for_next(&mut s, k);
+                    }
+                    if held == 0 {
+                        self.end_call(&mut s, c);
+                    }
+                }
+                Action::GiveUp(c) => {
+                    let Phase::Waiting { next } = s.callers[c as usize].phase else {
+                        unreachable!()
+                    };
+                    // LEAVE_WAITLIST: out of the line, and a grant made meanwhile passed on.
+                    let k = self.order(c)[next as usize];
+                    s.keys[k as usize].line.retain(|&waiter| waiter != c);
+                    if s.keys[k as usize].holder == Some(c) {
+                        self.free_for_next(&mut s, k);
+                    }
+                    let caller = &mut s.callers[c as usize];
+                    caller.gave_up = true;
+                    caller.passed = None;
+                    s.gave_up_holding |= caller.held != 0;
+                    if caller.held == 0 {
+                        self.end_call(&mut s, c);
+                    } else {
+                        caller.phase = Phase::Releasing;
+                    }
+                }
+            }
+            Some(s)
+        }
+
+        fn properties(&self) -> Vec<Property<Self>> {
+            vec![
+                Property::always(EXCLUSION, |_, s: &State| {
+                    let mut seen = 0;
+                    for (c, caller) in s.callers.iter().enumerate() {
+                        if seen & caller.held != 0 {
+                            return false;
+                        }
+                        seen |= caller.held;
+                        for (k, key) in s.keys.iter().enumerate() {
+                            if caller.held & (1 << k) != 0 && key.holder != Some(c as u8) {
+                                return false;
+                            }
+                        }
+                    }
+                    true
+                }),
+                Property::always(NO_DEADLOCK, |m: &LockAll, s: &State| {
+                    let mut actions = Vec::new();
+                    m.actions(s, &mut actions);
+                    LockAll::all_done(s)
+                        || actions
+                            .iter()
+                            .any(|action| !matches!(action, Action::GiveUp(_)))
+                }),
+                Property::eventually(ALL_DONE, |_, s: &State| LockAll::all_done(s)),
+                Property::always(OVERTAKEN_AT_MOST_ONCE, |_, s: &State| {
+                    s.callers
+                        .iter()
+                        .all(|caller| caller.passed.unwrap_or(0) <= 1)
+                }),
+                Property::sometimes("every call of two keys gets both", |m, s: &State| {
+                    (0..m.callers.len())
+                        .all(|c| m.callers[c].0.len() < 2 || s.callers[c].got == m.callers[c].1)
+                }),
+                Property::sometimes("waits in a line holding a key", |_, s: &State| {
+                    s.callers.iter().any(|caller| {
+                        matches!(caller.phase, Phase::Waiting { .. }) && caller.held != 0
+                    })
+                }),
+                Property::sometimes("gives up holding a key", |m: &LockAll, s: &State| {
+                    s.gave_up_holding || !m.give_ups
+                }),
+                Property::sometimes("overtaken once", |m: &LockAll, s: &State| {
+                    s.callers.iter().any(|caller| caller.passed == Some(1)) || m.callers.len() < 3
+                }),
+            ]
+        }
+    }
+
+    /// Explores every state; prints the count, and asserts every property.
+    fn holds(model: LockAll, label: &str) {
+        let started = Instant::now();
+        let checker = model.checker().spawn_bfs().join();
+        println!(
+            "model, {label}: {} states ({} unique), depth {}, {:.1?}",
+            checker.state_count(),
+            checker.unique_state_count(),
+            checker.max_depth(),
+            started.elapsed()
+        );
+        checker.assert_properties();
+    }
+
+    /// Runs a broken variant until `property` fails; prints the counterexample, a
+    /// shortest one: the checker keeps the last discovery it makes in a block of states,
+    /// so the depth is raised a step at a time until one is found.
+    fn fails(model: LockAll, label: &str, property: &'static str) {
+        let started = Instant::now();
+        for depth in 1..=64 {
+            let checker = model
+                .clone()
+                .checker()
+                .target_max_depth(depth)
+                .finish_when(HasDiscoveries::AnyOf([property].into()))
+                .spawn_bfs()
+                .join();
+            if let Some(path) = checker.discovery(property) {
+                let actions = path.into_actions();
+                println!(
+                    "model, {label}: {} states, {:.1?}; \"{property}\" fails after {} steps: \
+                     {actions:?}",
+                    checker.unique_state_count(),
+                    started.elapsed(),
+                    actions.len()
+                );
+                return;
+            }
+        }
+        panic!("{label}: \"{property}\" holds");
+    }
+
+    #[test]
+    fn crossing_callers_of_two_keys_never_deadlock_in_canonical_order() {
+        holds(
+            LockAll::crossing(Broken::None, true),
+            "lock_all, crossing callers",
+        );
+    }
+
+    #[test]
+    fn callers_taking_keys_in_their_own_order_deadlock() {
+        fails(
+            LockAll::crossing(Broken::CallersOrder, true),
+            "lock_all in the callers' order",
+            NO_DEADLOCK,
+        );
+        // Without timeouts, the deadlock is where a run ends.
+        fails(
+            LockAll::crossing(Broken::CallersOrder, false),
+            "lock_all in the callers' order, no timeouts",
+            ALL_DONE,
+        );
+    }
+
+    #[test]
+    fn a_caller_of_two_keys_is_not_overtaken_forever() {
+        holds(
+            LockAll::with_a_caller_of_one_key(Broken::None),
+            "lock_all, a caller of one key comes back",
+        );
+        fails(
+            LockAll::with_a_caller_of_one_key(Broken::NoLine),
+            "lock_all, a release that wakes the whole line",
+            OVERTAKEN_AT_MOST_ONCE,
+        );
+    }
 }

@@ -481,3 +481,196 @@ async fn crossing_transfers_between_processes() {
     assert_eq!(total, ACCOUNTS as i64 * START_BALANCE);
     eprintln!("{expected} transfers by {CHILDREN} processes in {took:?}");
 }
+
+#[tokio::test]
+async fn a_fixed_lease_counts_from_the_return_of_acquire() {
+    let server = RedisServer::start();
+    let other = named(&server.url(), "other").await;
+    let held = other
+        .lock("b")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let client = named(&server.url(), "multi").await;
+    let lease = Duration::from_secs(2);
+    let acquiring = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock_all(["a", "b"])
+                .wait(Duration::from_secs(10))
+                .lease(lease)
+                .acquire()
+                .await
+        }
+    });
+    // `a` is taken at once, and its lease runs while `b` is awaited.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    held.release().await.unwrap();
+    let guard = acquiring.await.unwrap().unwrap();
+    for key in ["a", "b"] {
+        let ttl: i64 = raw(&server).await.pttl(key).await.unwrap();
+        assert!(ttl > 1_700, "{key}: {ttl} ms left of a 2 s lease");
+    }
+    assert!(guard.lease_remaining() > Duration::from_millis(1_700));
+    guard.release().await.unwrap();
+}
+
+mod attribute_runtime {
+    //! What the expansion of `#[distributed_lock(keys = [...])]` calls, called directly.
+
+    use std::time::Duration;
+
+    use redlock_runtime::__private::{Conversions, LockMode, LockSpec, run_locked, run_locked_all};
+    use redlock_runtime::{LockClient, LockError, current_lock, current_locks};
+    use redlock_testkit::RedisServer;
+
+    use super::{exists, named};
+
+    fn spec() -> LockSpec {
+        LockSpec {
+            wait: Duration::from_millis(300),
+            lease: Some(Duration::from_secs(10)),
+            hold_at_least: None,
+            abort_on_lost: true,
+            label: "acct:<id>",
+            mode: LockMode::Exclusive,
+        }
+    }
+
+    fn plain<T>() -> Conversions<Result<T, LockError>, T, LockError> {
+        Conversions {
+            into_result: |result| result,
+            from_lock_error: |error| error,
+            skipped: None,
+        }
+    }
+
+    /// Every key's lock inside, the first as `current_lock`; a nested call on one of
+    /// them (one key, or several) enters without waiting for itself.
+    async fn nested(client: &LockClient) -> Result<Vec<(String, u64)>, LockError> {
+        let locks = current_locks();
+        let seen: Vec<(String, u64)> = locks
+            .iter()
+            .map(|lock| (lock.key().to_owned(), lock.fencing_token()))
+            .collect();
+        assert_eq!(current_lock().as_ref(), locks.first());
+        let b = seen[1].1;
+        let inner = run_locked(
+            Some(client.clone()),
+            "b".to_owned(),
+            spec(),
+            async { Ok(current_lock().unwrap().fencing_token()) },
+            plain(),
+        )
+        .await?;
+        assert_eq!(inner, b, "the nested call entered the lock held around it");
+        let inner_all = run_locked_all(
+            Some(client.clone()),
+            vec!["b".to_owned(), "a".to_owned()],
+            spec(),
+            async { Ok(current_locks().len()) },
+            plain(),
+        )
+        .await?;
+        assert_eq!(inner_all, 2);
+        Ok(seen)
+    }
+
+    #[tokio::test]
+    async fn run_locked_all_holds_every_key_and_nested_calls_enter() {
+        let server = RedisServer::start();
+        let client = named(&server.url(), "macro").await;
+        let seen = run_locked_all(
+            Some(client.clone()),
+            vec!["b".to_owned(), "a".to_owned(), "b".to_owned()],
+            spec(),
+            nested(&client),
+            plain(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            seen.iter().map(|(key, _)| key.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert!(current_locks().is_empty());
+        assert!(!exists(&server, "a").await && !exists(&server, "b").await);
+    }
+
+    #[tokio::test]
+    async fn a_busy_key_skips_or_fails_the_call_holding_nothing() {
+        let server = RedisServer::start();
+        let other = named(&server.url(), "other").await;
+        let held = other.lock("b").acquire().await.unwrap();
+        let client = named(&server.url(), "macro").await;
+        let skipping = Conversions {
+            into_result: |result| result,
+            from_lock_error: |error| error,
+            skipped: Some(|| Ok(None)),
+        };
+        let skipped: Option<u32> = run_locked_all(
+            Some(client.clone()),
+            vec!["a".to_owned(), "b".to_owned()],
+            spec(),
+            async { panic!("the body ran without its locks") },
+            skipping,
+        )
+        .await
+        .unwrap();
+        assert_eq!(skipped, None);
+        assert!(!exists(&server, "a").await);
+        let error = run_locked_all(
+            Some(client.clone()),
+            vec!["a".to_owned(), "b".to_owned()],
+            spec(),
+            async { Ok(()) },
+            plain(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(&error, LockError::Timeout { key, .. } if key == "b"), "{error:?}");
+        let error = run_locked_all(
+            Some(client.clone()),
+            Vec::new(),
+            spec(),
+            async { Ok(()) },
+            plain(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(&error, LockError::InvalidOptions { .. }), "{error:?}");
+        held.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_key_lost_stops_the_body() {
+        let server = RedisServer::start();
+        let client = LockClient::builder(&server.url())
+            .watchdog_lease(Duration::from_millis(900))
+            .connect()
+            .await
+            .unwrap();
+        let operator = named(&server.url(), "operator").await;
+        let spec = LockSpec {
+            lease: None,
+            ..spec()
+        };
+        let error = run_locked_all(
+            Some(client.clone()),
+            vec!["a".to_owned(), "b".to_owned()],
+            spec,
+            async {
+                assert!(operator.force_unlock("b").await.unwrap());
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok(())
+            },
+            plain(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(&error, LockError::Lost { key } if key == "b"), "{error:?}");
+        assert!(!exists(&server, "a").await);
+    }
+}

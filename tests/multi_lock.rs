@@ -49,7 +49,10 @@ async fn two_keys_are_held_with_their_own_tokens_and_released_together() {
         .await
         .unwrap();
     assert_eq!(both.keys(), ["a", "b"]);
-    let (a, b) = (both.fencing_token("a").unwrap(), both.fencing_token("b").unwrap());
+    let (a, b) = (
+        both.fencing_token("a").unwrap(),
+        both.fencing_token("b").unwrap(),
+    );
     assert!(a > a0 && b > b0, "tokens went down: {a0}→{a}, {b0}→{b}");
     assert_ne!(a, b, "one token for two acquisitions");
     assert_eq!(both.fencing_token("c"), None);
@@ -137,7 +140,10 @@ async fn a_key_named_twice_is_one_key_and_bad_input_takes_nothing() {
         .acquire()
         .await
         .unwrap_err();
-    assert!(matches!(&error, LockError::InvalidOptions { .. }), "{error:?}");
+    assert!(
+        matches!(&error, LockError::InvalidOptions { .. }),
+        "{error:?}"
+    );
     assert!(!exists(&server, "a").await && !exists(&server, "b").await);
 }
 
@@ -370,7 +376,10 @@ async fn transfers(client: LockClient, url: String, child: String) {
         guard.release().await.unwrap();
         for account in [&from, &to] {
             let record = format!("{start} {end} {child} {written}");
-            let _: () = data.rpush(format!("history:{account}"), record).await.unwrap();
+            let _: () = data
+                .rpush(format!("history:{account}"), record)
+                .await
+                .unwrap();
         }
     }
 }
@@ -442,14 +451,14 @@ async fn crossing_transfers_between_processes() {
     let errors: Vec<String> = data.lrange("errors", 0, -1).await.unwrap();
     assert!(errors.is_empty(), "acquisitions failed: {errors:?}");
     let refused: Option<u64> = data.get("refused").await.unwrap();
-    assert_eq!(refused, None, "fenced writes were refused: a token went down");
+    assert_eq!(
+        refused, None,
+        "fenced writes were refused: a token went down"
+    );
     let mut total = 0;
     let mut transfers = 0;
     for account in 0..ACCOUNTS {
-        let balance: i64 = data
-            .get(format!("balance:acct:{account}"))
-            .await
-            .unwrap();
+        let balance: i64 = data.get(format!("balance:acct:{account}")).await.unwrap();
         total += balance;
         // No two holders of an account at once: its hold intervals do not overlap.
         let history: Vec<String> = data
@@ -477,7 +486,11 @@ async fn crossing_transfers_between_processes() {
         }
     }
     let expected = CHILDREN * TASKS_PER_CHILD * TRANSFERS_PER_TASK;
-    assert_eq!(transfers, 2 * expected, "every transfer is in two histories");
+    assert_eq!(
+        transfers,
+        2 * expected,
+        "every transfer is in two histories"
+    );
     assert_eq!(total, ACCOUNTS as i64 * START_BALANCE);
     eprintln!("{expected} transfers by {CHILDREN} processes in {took:?}");
 }
@@ -630,7 +643,10 @@ mod attribute_runtime {
         )
         .await
         .unwrap_err();
-        assert!(matches!(&error, LockError::Timeout { key, .. } if key == "b"), "{error:?}");
+        assert!(
+            matches!(&error, LockError::Timeout { key, .. } if key == "b"),
+            "{error:?}"
+        );
         let error = run_locked_all(
             Some(client.clone()),
             Vec::new(),
@@ -640,7 +656,10 @@ mod attribute_runtime {
         )
         .await
         .unwrap_err();
-        assert!(matches!(&error, LockError::InvalidOptions { .. }), "{error:?}");
+        assert!(
+            matches!(&error, LockError::InvalidOptions { .. }),
+            "{error:?}"
+        );
         held.release().await.unwrap();
     }
 
@@ -670,7 +689,10 @@ mod attribute_runtime {
         )
         .await
         .unwrap_err();
-        assert!(matches!(&error, LockError::Lost { key } if key == "b"), "{error:?}");
+        assert!(
+            matches!(&error, LockError::Lost { key } if key == "b"),
+            "{error:?}"
+        );
         assert!(!exists(&server, "a").await);
     }
 }

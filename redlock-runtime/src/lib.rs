@@ -386,11 +386,11 @@ pub use election::Election;
 pub use error::LockError;
 pub use fenced::{FencedKey, FencedWrite};
 pub use guard::LockGuard;
-pub use multi::{MultiLockGuard, MultiLockRequest};
 pub use macro_support::{
     AsLockClient, CurrentLock, FromLockError, LockedResult, SkippableResult, current_lock,
     current_locks, default_client, set_default_client, shutdown_default_client,
 };
+pub use multi::{MultiLockGuard, MultiLockRequest};
 pub use operate::{LockInfo, LockKind, Share};
 pub use redlock_macros::distributed_lock;
 

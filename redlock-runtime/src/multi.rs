@@ -124,7 +124,10 @@ impl MultiLockRequest {
             outcome = tracing::field::Empty,
         );
         let result = self.acquire_inner().instrument(span.clone()).await;
-        span.record("outcome", if result.is_ok() { "acquired" } else { "failed" });
+        span.record(
+            "outcome",
+            if result.is_ok() { "acquired" } else { "failed" },
+        );
         result
     }
 
@@ -184,8 +187,7 @@ impl MultiLockRequest {
             let remaining: Vec<Duration> = guards.iter().map(LockGuard::lease_remaining).collect();
             let aged = needs_extension(&remaining, lease);
             let extended =
-                futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease)))
-                    .await;
+                futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease))).await;
             if let Some(error) = extended.into_iter().find_map(Result::err) {
                 give_back(guards, response_timeout).await;
                 return Err(error);
@@ -306,7 +308,10 @@ mod tests {
     #[test]
     fn keys_are_taken_once_each_in_byte_order() {
         let keys = |list: &[&str]| list.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>();
-        assert_eq!(canonical(keys(&["b", "a", "a", "c", "b"])), keys(&["a", "b", "c"]));
+        assert_eq!(
+            canonical(keys(&["b", "a", "a", "c", "b"])),
+            keys(&["a", "b", "c"])
+        );
         // Byte order, whoever names them how: upper case before lower, `{tag}` after.
         assert_eq!(
             canonical(keys(&["acct:2", "{t}x", "Acct:1", "acct:10"])),
@@ -325,7 +330,10 @@ mod tests {
         // The first key waited 3 s for the second: only it.
         assert_eq!(needs_extension(&[ms(7_000), ms(10_000)], lease), [0]);
         // A granted key holds for the grace until its confirmation is answered.
-        assert_eq!(needs_extension(&[ms(8_999), ms(100), ms(9_500)], lease), [0, 1]);
+        assert_eq!(
+            needs_extension(&[ms(8_999), ms(100), ms(9_500)], lease),
+            [0, 1]
+        );
         assert_eq!(needs_extension(&[Duration::ZERO], lease), [0]);
     }
 }

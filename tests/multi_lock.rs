@@ -530,6 +530,42 @@ async fn a_fixed_lease_counts_from_the_return_of_acquire() {
     guard.release().await.unwrap();
 }
 
+#[tokio::test]
+async fn hold_at_least_counts_once_every_key_is_held() {
+    let server = RedisServer::start();
+    let client = named(&server.url(), "multi").await;
+    let hold = Duration::from_millis(800);
+    // A key given back is freed at once, whatever hold_at_least says.
+    let other = named(&server.url(), "other").await;
+    let held = other.lock("b").acquire().await.unwrap();
+    let error = client
+        .lock_all(["a", "b"])
+        .wait(Duration::from_millis(200))
+        .lease(Duration::from_secs(10))
+        .hold_at_least(hold)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(error.is_busy(), "{error:?}");
+    assert!(!exists(&server, "a").await, "a kept for hold_at_least");
+    held.release().await.unwrap();
+    // Acquired: a release right away keeps both keys for the rest of the hold.
+    let guard = client
+        .lock_all(["a", "b"])
+        .lease(Duration::from_secs(10))
+        .hold_at_least(hold)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    for key in ["a", "b"] {
+        let ttl: i64 = raw(&server).await.pttl(key).await.unwrap();
+        assert!((1..=800).contains(&ttl), "{key}: pttl {ttl}");
+    }
+    tokio::time::sleep(hold).await;
+    assert!(!exists(&server, "a").await && !exists(&server, "b").await);
+}
+
 mod attribute_runtime {
     //! What the expansion of `#[distributed_lock(keys = [...])]` calls, called directly.
 

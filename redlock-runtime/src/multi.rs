@@ -38,7 +38,7 @@ use crate::acquire::LockRequest;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::limits::validate;
+use crate::limits::{check_max_lease, validate};
 use crate::metrics::Label;
 use crate::state::LockState;
 
@@ -99,8 +99,9 @@ impl MultiLockRequest {
         self
     }
 
-    /// Every key is kept at least this long after its acquisition (see
-    /// [`LockRequest::hold_at_least`]).
+    /// A release before this much time has passed since `acquire` returned keeps every
+    /// key until it has (see [`LockRequest::hold_at_least`]). Counted from when all keys
+    /// are held: a key given back because another could not be taken is freed at once.
     pub fn hold_at_least(mut self, hold: Duration) -> Self {
         self.hold_at_least = Some(hold);
         self
@@ -145,6 +146,9 @@ impl MultiLockRequest {
         for key in &self.keys {
             validate(key, self.wait, self.lease, self.hold_at_least)?;
         }
+        if let Some(hold) = self.hold_at_least {
+            check_max_lease(self.client.masters(), &self.keys[0], "hold_at_least", hold)?;
+        }
         let response_timeout = self.client.config().response_timeout;
         let deadline = started + self.wait;
         // The bound of the whole call, as a single key's.
@@ -157,9 +161,6 @@ impl MultiLockRequest {
                 .labelled(self.label.clone());
             if let Some(lease) = self.lease {
                 request = request.lease(lease);
-            }
-            if let Some(hold) = self.hold_at_least {
-                request = request.hold_at_least(hold);
             }
             let error = match tokio::time::timeout_at(bound, request.acquire()).await {
                 Ok(Ok(guard)) => {
@@ -191,6 +192,12 @@ impl MultiLockRequest {
             if let Some(error) = extended.into_iter().find_map(Result::err) {
                 give_back(guards, response_timeout).await;
                 return Err(error);
+            }
+        }
+        // Only now: a key given back before every key was held is freed at once.
+        if let Some(hold) = self.hold_at_least {
+            for guard in &guards {
+                guard.keep_at_least_from_now(hold);
             }
         }
         Ok(MultiLockGuard { guards })

@@ -296,7 +296,7 @@ const CHILD_TEST: &str = "child_process_transfers";
 const ACCOUNTS: usize = 4;
 const START_BALANCE: i64 = 100;
 const TASKS_PER_CHILD: usize = 2;
-const TRANSFERS_PER_TASK: usize = 25;
+const TRANSFERS_PER_TASK: usize = 50;
 
 /// Writes both accounts' new balances if each token is above the highest that wrote
 /// that account (then recorded), else writes nothing and counts a refusal.

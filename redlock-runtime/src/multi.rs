@@ -113,8 +113,9 @@ impl MultiLockRequest {
     /// wait ran out, or with the error that stopped the acquisition, naming its key;
     /// either way, holding none of the keys (those taken were released before this
     /// returns). No keys at all, or a key `lock` would refuse, is refused before
-    /// anything is sent. Returns within `wait` plus the client's response timeout (and
-    /// at most one more to give taken keys back). Dropping the returned future mid-way
+    /// anything is sent. Returns within `wait` plus the client's response timeout, and
+    /// at most one more response timeout to extend aged leases or give taken keys back.
+    /// Dropping the returned future mid-way
     /// releases, at once and in the background, whatever it had taken.
     pub async fn acquire(self) -> Result<MultiLockGuard, LockError> {
         let span = tracing::debug_span!(

@@ -566,6 +566,55 @@ async fn hold_at_least_counts_once_every_key_is_held() {
     assert!(!exists(&server, "a").await && !exists(&server, "b").await);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_of_two_keys_is_not_overtaken_by_callers_of_one() {
+    let server = RedisServer::start();
+    // Two clients (as two processes) take `b` alone back to back, each holding it 50 ms:
+    // `b` is never free for long.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut churn = Vec::new();
+    for name in ["one", "two"] {
+        let client = named(&server.url(), name).await;
+        let stop = stop.clone();
+        churn.push(tokio::spawn(async move {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let guard = client
+                    .lock("b")
+                    .wait(Duration::from_secs(10))
+                    .lease(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                guard.release().await.unwrap();
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = named(&server.url(), "multi").await;
+    let started = Instant::now();
+    let both = client
+        .lock_all(["b", "a"])
+        .wait(Duration::from_secs(5))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("served in its turn in b's line");
+    let took = started.elapsed();
+    both.release().await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut rounds = 0;
+    for task in churn {
+        rounds += task.await.unwrap();
+    }
+    // In line behind at most the holder and the other waiter: a few holds of 50 ms.
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    eprintln!("both keys after {took:?}; the single-key callers took b {rounds} times");
+}
+
 mod attribute_runtime {
     //! What the expansion of `#[distributed_lock(keys = [...])]` calls, called directly.
 

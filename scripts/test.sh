@@ -109,6 +109,7 @@ valkey_tests=(
     operate             # inspect, locks, force-unlock in every mode
     credentials         # ACL users and passwords in every mode
     shutdown            # a process that ends leaves no lock behind
+    multi_lock          # several keys as one (lock_all), in every mode
     tls                 # TLS: skipped on this Valkey (built without TLS; one line says
                         # so), but for the two tests that need no TLS port
 )

@@ -17,6 +17,14 @@
 # (longest / median total wait of a process), Redis commands per acquisition (INFO
 # total_commands_processed over the loops, scripts' calls included), client CPU per
 # acquisition summed over the processes' loops, and overlapping holds (violations).
+# The multi-key scenario (issue 35) runs 8 and 16 separate processes transferring 1 unit
+# between two of 4 accounts (drawn, so orders cross), 25 transfers each holding both
+# accounts' locks about 1 ms: redlock's lock_all (fixed 10 s lease) against rslock's two
+# locks taken in sorted order; then the same harness with one key per acquisition. It
+# reports transfers/s, wait p99, Redis CPU (INFO cpu) and commands per transfer from the
+# processes' common start and their ratio to one single-key acquisition, violations
+# (overlapping holds of an account), timeouts, and the ledger's balances (on a second
+# redis-server) against the transfers reported.
 # scripts/profile.sh profiles the uncontended path.
 #
 #   scripts/bench.sh                   # the full run (about 75 s here, plus about
@@ -32,6 +40,9 @@
 #   scripts/bench.sh --only distributed [--distributed-holds 20]
 #                                      # separate processes on one key alone (about
 #                                      # 10 s here); holds per process
+#   scripts/bench.sh --only multi_key [--multi-key-transfers 25]
+#                                      # several keys as one (issue 35) alone; transfers
+#                                      # per process
 #   scripts/bench.sh --trace-handoff   # only the hand-off at 2/16/64/256 waiters, each
 #                                      # split into its steps (benches/locks/handoff_trace.rs)
 set -euo pipefail

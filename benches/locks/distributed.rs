@@ -41,7 +41,7 @@ const WAIT: Duration = Duration::from_secs(30);
 /// Lease of every acquisition: far longer than a hold, so that no lease runs out.
 const LEASE: Duration = Duration::from_secs(10);
 /// How long the parent waits for its children to connect, and then to finish.
-const CHILD_LIMIT: Duration = Duration::from_secs(120);
+pub const CHILD_LIMIT: Duration = Duration::from_secs(120);
 
 /// What one child does.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ impl Spec {
 }
 
 /// Nanoseconds on `CLOCK_MONOTONIC`: comparable between processes of one machine.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let time = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
 }
@@ -229,11 +229,11 @@ async fn child_loop(spec: Spec) {
 // ----------------------------------------------------------------------------------
 // The parent.
 
-/// A running child: its pipes.
-struct Running {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: tokio::io::Lines<BufReader<ChildStdout>>,
+/// A running child: its pipes (the multi-key scenario's children too).
+pub struct Running {
+    pub child: Child,
+    pub stdin: ChildStdin,
+    pub stdout: tokio::io::Lines<BufReader<ChildStdout>>,
 }
 
 /// What one run (a library, a process count) observed.
@@ -361,7 +361,7 @@ impl Gaps {
 }
 
 /// Reads a child's lines up to `until`, with the parent's limit.
-async fn read_until(running: &mut Running, until: &str) -> Vec<String> {
+pub async fn read_until(running: &mut Running, until: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let reading = async {
         loop {
@@ -374,7 +374,7 @@ async fn read_until(running: &mut Running, until: &str) -> Vec<String> {
                 Some(line) if line == until => return,
                 Some(line) => lines.push(line),
                 None => panic!(
-                    "a distributed-scenario child exited before {until:?}: {:?}",
+                    "a child process exited before {until:?}: {:?}",
                     running.child.wait().await
                 ),
             }
@@ -383,7 +383,7 @@ async fn read_until(running: &mut Running, until: &str) -> Vec<String> {
     tokio::time::timeout(CHILD_LIMIT, reading)
         .await
         .unwrap_or_else(|_| {
-            panic!("a distributed-scenario child sent no {until:?} in {CHILD_LIMIT:?}")
+            panic!("a child process sent no {until:?} in {CHILD_LIMIT:?}")
         });
     lines
 }

@@ -7,9 +7,10 @@
 //! (see `scripts/bench.sh`); `-- --profile SECONDS` runs only redlock's uncontended
 //! cycles, for a profiler (see `scripts/profile.sh`); `-- --trace-handoff` splits a
 //! hand-off's time into its steps (see `handoff_trace`); `-- --distributed-holds N`
-//! sets the holds per process of the distributed scenario. Run with
-//! `REDLOCK_BENCH_DISTRIBUTED_CHILD` set, the binary is one of that scenario's child
-//! processes instead (see `distributed`).
+//! sets the holds per process of the distributed scenario, `-- --multi-key-transfers N`
+//! the transfers per process of the multi-key one. Run with
+//! `REDLOCK_BENCH_DISTRIBUTED_CHILD` (or `REDLOCK_BENCH_MULTI_KEY_CHILD`) set, the binary
+//! is one of that scenario's child processes instead (see `distributed`, `multi_key`).
 //!
 //! Each scenario is a module of its own; `run` below calls them in the order the
 //! figures appear, which is also the order they are measured in. `--only` runs the
@@ -24,6 +25,7 @@ mod distributed;
 mod handoff;
 mod handoff_trace;
 mod monitor;
+mod multi_key;
 mod profile;
 mod read_throughput;
 mod redis_time;
@@ -44,7 +46,7 @@ use uncontended::Uncontended;
 
 /// The scenarios `--only` can name, in the order they run. `tracing_info` installs a
 /// global tracing subscriber, which cannot be removed: it stays last.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "uncontended",
     "throughput",
     "contention",
@@ -55,6 +57,7 @@ const SCENARIOS: [&str; 12] = [
     "writer_wait",
     "semaphore_handoff",
     "distributed",
+    "multi_key",
     "distinct_keys",
     "tracing_info",
 ];
@@ -73,6 +76,8 @@ struct Options {
     trace_handoff: bool,
     /// `--distributed-holds N`: holds per process of the distributed scenario.
     distributed_holds: Option<usize>,
+    /// `--multi-key-transfers N`: transfers per process of the multi-key scenario.
+    multi_key_transfers: Option<usize>,
 }
 
 impl Options {
@@ -85,6 +90,7 @@ impl Options {
             profile: None,
             trace_handoff: false,
             distributed_holds: None,
+            multi_key_transfers: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -103,6 +109,14 @@ impl Options {
                         holds
                             .parse()
                             .expect("--distributed-holds N (holds per process)"),
+                    );
+                }
+                "--multi-key-transfers" => {
+                    let transfers = args.next().expect("--multi-key-transfers needs a number");
+                    options.multi_key_transfers = Some(
+                        transfers
+                            .parse()
+                            .expect("--multi-key-transfers N (transfers per process)"),
                     );
                 }
                 "--only" => {
@@ -135,6 +149,11 @@ fn main() {
     // A child process of the distributed scenario: this binary run again by it.
     if let Ok(spec) = std::env::var(distributed::CHILD_ENV) {
         distributed::child(&spec);
+        return;
+    }
+    // A child process of the multi-key scenario.
+    if let Ok(spec) = std::env::var(multi_key::CHILD_ENV) {
+        multi_key::child(&spec);
         return;
     }
     let options = Options::parse();
@@ -211,6 +230,11 @@ async fn run(options: Options) {
     // Separate processes, a client each, on one key (redlock and rslock).
     if options.runs("distributed") {
         distributed::run(&mut bench, options.distributed_holds).await;
+    }
+    // Separate processes, a client each, transferring between two of a few accounts:
+    // two keys per transfer (redlock's lock_all, rslock's two locks in sorted order).
+    if options.runs("multi_key") {
+        multi_key::run(&mut bench, options.multi_key_transfers).await;
     }
     // Last: the same scenario without, then with a tracing subscriber (a global one
     // cannot be removed, so nothing may run after it).

@@ -477,7 +477,7 @@ impl Run {
     /// Accounts whose final balance is not what the reported transfers make it, and
     /// whether the sum is the opening sum.
     fn ledger_check(&self) -> (usize, bool) {
-        let mut expected = vec![OPENING; ACCOUNTS];
+        let mut expected = [OPENING; ACCOUNTS];
         for t in &self.transfers {
             if t.from != t.to {
                 expected[t.from] -= 1;
@@ -555,7 +555,7 @@ async fn run_once(
             prefix: prefix.clone(),
             index,
             transfers,
-            seed: 0x9E37_79B9_7F4A_7C15 ^ ((processes as u64) << 32 | index as u64 + 1),
+            seed: 0x9E37_79B9_7F4A_7C15 ^ (((processes as u64) << 32) | (index as u64 + 1)),
         };
         let mut child = Command::new(&exe)
             .env(CHILD_ENV, spec.encode())

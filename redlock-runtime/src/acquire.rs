@@ -178,6 +178,12 @@ impl LockRequest {
         self
     }
 
+    /// The label given as it is (a `lock_all` labels each of its keys' requests).
+    pub(crate) fn labelled(mut self, label: Label) -> Self {
+        self.label = label;
+        self
+    }
+
     /// How long to wait for a holder to release (default zero: one attempt, a
     /// *try-lock*). A try-lock succeeds whenever the key is free in Redis, also while
     /// other tasks of this client wait in line for it; it is refused at once, without a

@@ -13,6 +13,7 @@ use crate::core::{Core, Reconnect};
 use crate::election::Election;
 use crate::error::LockError;
 use crate::masters::Masters;
+use crate::multi::MultiLockRequest;
 use crate::node::Node;
 use crate::operate::{self, LockInfo};
 
@@ -192,6 +193,55 @@ impl LockClient {
     /// as [`LockClient::write_lock`] (it excludes readers too).
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(self.inner.clone(), key.into())
+    }
+
+    /// Starts building an acquisition of several keys as one: exclusive locks on every
+    /// key, each with its own fencing token (from that key's counter), held and
+    /// released together by one [`MultiLockGuard`](crate::MultiLockGuard). A key named twice is one key.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlock_runtime::LockClient) -> Result<(), redlock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let both = client
+    ///     .lock_all(["acct:7", "acct:3"])
+    ///     .wait(Duration::from_secs(5))
+    ///     .acquire()
+    ///     .await?;
+    /// let (from, to) = (both.fencing_token("acct:7"), both.fencing_token("acct:3"));
+    /// # let _ = (from, to);
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Several keys as one
+    /// **All or nothing**: within the `wait` the call holds every key, or returns
+    /// [`LockError::Timeout`] naming the key still busy (or the error that stopped it)
+    /// holding none — what it had taken is released before it returns, and a dropped
+    /// acquisition (cancelled, timed out around it) releases it at once in the
+    /// background, not at the end of its lease. **No deadlock, no livelock**: every
+    /// caller takes the keys one by one in one global order (byte order), each through
+    /// the key's own fair line, so callers naming the same keys in opposite orders, in
+    /// different processes, both complete; nothing is retried from scratch. **No
+    /// starvation**: a caller waiting for its second key keeps its place in that key's
+    /// line, so callers of that key alone do not overtake it forever. **Every mode**:
+    /// each key is taken where it lives, so keys in different Cluster slots and nodes
+    /// lock together (no `CROSSSLOT`).
+    ///
+    /// **What it costs others**: the keys taken first are held while the later ones are
+    /// awaited. A waiter of one of those keys waits for this caller, at most this
+    /// caller's `wait` (then the keys are given back) plus, once all are held, as long
+    /// as this caller holds them. With a fixed `lease`, the keys whose lease aged
+    /// meanwhile are extended once all are held, so that each is held `lease` from the
+    /// return of `acquire` (give or take a tenth of it).
+    ///
+    /// `inspect`, `locks` and the `redlock` command show each key held by this client;
+    /// a [`force_unlock`](Self::force_unlock) of any one key makes the guard lost.
+    pub fn lock_all<I, K>(&self, keys: I) -> MultiLockRequest
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        MultiLockRequest::new(self.inner.clone(), keys.into_iter().map(Into::into).collect())
     }
 
     /// A read lock on `key`: any number of readers at once, in every process, but no

@@ -11,6 +11,8 @@
 //! outlived its lease), see `reenter`.
 //! The scope covers the holder's call tree: futures the body awaits or joins (`join!`,
 //! `select!`) run under it; tasks it spawns do not, and wait for the lock like anyone.
+//! A call with `keys = [...]` records each of its keys: a nested call on any of them
+//! enters as it would for a call with one `key`.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
@@ -19,22 +21,41 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::config::{ClientConfig, DEFAULT_URL, redact};
 use crate::error::{Cause, LockError, Rounded};
+use crate::multi::{NO_KEYS, canonical};
 use crate::state::LockState;
 
 tokio::task_local! {
     static HELD: Arc<EnclosingLock>;
 }
 
+/// The locks of one annotated call: one for `key`, each key of `keys` in canonical
+/// order (all in `mode`).
 struct EnclosingLock {
     client_id: u64,
-    key: String,
     mode: LockMode,
-    fencing_token: u64,
-    state: Option<Arc<LockState>>,
+    locks: Vec<CurrentLock>,
     outer: Option<Arc<EnclosingLock>>,
 }
 
-/// The innermost lock held by the annotated function this code runs in.
+/// The lock on `key` of client `client_id` that an annotated call around this code
+/// holds (the innermost such call), and its mode.
+fn enclosing_hold(
+    mut enclosing: Option<&EnclosingLock>,
+    client_id: u64,
+    key: &str,
+) -> Option<(LockMode, CurrentLock)> {
+    while let Some(held) = enclosing {
+        if held.client_id == client_id
+            && let Some(lock) = held.locks.iter().find(|lock| lock.key == key)
+        {
+            return Some((held.mode, lock.clone()));
+        }
+        enclosing = held.outer.as_deref();
+    }
+    None
+}
+
+/// A lock held by the annotated function this code runs in.
 #[derive(Clone)]
 pub struct CurrentLock {
     key: String,
@@ -79,13 +100,19 @@ impl CurrentLock {
 }
 
 /// The lock of the innermost `#[distributed_lock]` call around this code, if any.
+/// Inside a call with `keys = [...]`, the first of its keys in their canonical (byte)
+/// order: [`current_locks`] gives each of them.
 pub fn current_lock() -> Option<CurrentLock> {
-    HELD.try_with(|held| CurrentLock {
-        key: held.key.clone(),
-        fencing_token: held.fencing_token,
-        state: held.state.clone(),
-    })
-    .ok()
+    HELD.try_with(|held| held.locks.first().cloned())
+        .ok()
+        .flatten()
+}
+
+/// Every lock of the innermost `#[distributed_lock]` call around this code: one for a
+/// call with `key`, each key of a call with `keys = [...]` in canonical (byte) order,
+/// each with its own fencing token; empty outside any annotated call.
+pub fn current_locks() -> Vec<CurrentLock> {
+    HELD.try_with(|held| held.locks.clone()).unwrap_or_default()
 }
 
 static DEFAULT_CLIENT: RwLock<Option<LockClient>> = RwLock::new(None);
@@ -527,22 +554,13 @@ where
             .map_err(from_lock_error)?,
     };
     let outer = HELD.try_with(Arc::clone).ok();
-    let mut enclosing = outer.as_deref();
-    while let Some(held) = enclosing {
-        if held.client_id == client.id() && held.key == key {
-            match reentry(held.mode, spec.mode) {
-                Reentry::Enter => {
-                    let state = held.state.clone();
-                    return reenter(state, key, spec.abort_on_lost, body, into_result)
-                        .await
-                        .map_err(from_lock_error)?;
-                }
-                Reentry::Refuse => {
-                    return Err(from_lock_error(LockError::WouldDeadlock { key }));
-                }
-            }
-        }
-        enclosing = held.outer.as_deref();
+    if let Some((mode, lock)) = enclosing_hold(outer.as_deref(), client.id(), &key) {
+        return match reentry(mode, spec.mode) {
+            Reentry::Enter => reenter(&[lock], spec.abort_on_lost, body, into_result)
+                .await
+                .map_err(from_lock_error)?,
+            Reentry::Refuse => Err(from_lock_error(LockError::WouldDeadlock { key })),
+        };
     }
 
     let request = match spec.mode {
@@ -568,10 +586,12 @@ where
     };
     let held = Arc::new(EnclosingLock {
         client_id: client.id(),
-        key,
         mode: spec.mode,
-        fencing_token: guard.fencing_token(),
-        state: guard.state(),
+        locks: vec![CurrentLock {
+            key,
+            fencing_token: guard.fencing_token(),
+            state: guard.state(),
+        }],
         outer,
     });
     let body = HELD.scope(held, body);
@@ -609,17 +629,163 @@ where
     result
 }
 
-/// Runs a nested call's `body` under the lock held around it (`state`), which the
-/// nested call's own `on_lost` governs as if it had taken it. The enclosing call may be
-/// `on_lost = "continue"` and have outlived its lease: re-entering is not holding.
+/// Runs `body` under several keys as one (`keys = [...]` of the attribute): acquires
+/// them with [`LockClient::lock_all`] (or re-enters those a call around it holds), runs,
+/// releases. Like [`run_locked`] otherwise: the default client when none is named,
+/// `on_busy = "skip"` when a key stayed busy, `abort_on_lost` when any key is lost,
+/// the lease, `hold_at_least` and the label (the static label of every key) of `spec`.
+/// `spec.mode` must be [`LockMode::Exclusive`], the only mode the attribute allows with
+/// `keys`.
+///
+/// Keys an enclosing call of the same task holds are entered, not taken again; the
+/// others are taken with `lock_all`. The global order then covers only the keys taken
+/// here: a task that holds a key and waits for one below it, against a task doing the
+/// reverse, can wait until `wait` runs out (a `Timeout`, never a hang).
+pub async fn run_locked_all<R, T, E, F>(
+    client: Option<LockClient>,
+    keys: Vec<String>,
+    spec: LockSpec,
+    body: F,
+    conversions: Conversions<R, T, E>,
+) -> Result<T, E>
+where
+    F: Future<Output = R>,
+{
+    let Conversions {
+        into_result,
+        from_lock_error,
+        skipped,
+    } = conversions;
+    let keys = canonical(keys);
+    let Some(first) = keys.first().cloned() else {
+        return Err(from_lock_error(LockError::invalid_options(
+            NO_KEYS,
+            "`keys = [...]` gave no keys: name at least one",
+        )));
+    };
+    if spec.mode != LockMode::Exclusive {
+        return Err(from_lock_error(LockError::invalid_options(
+            &first,
+            "several keys are locked exclusively only: `keys = [...]` takes no `mode` or \
+             `permits`",
+        )));
+    }
+    let client = match client {
+        Some(client) => client,
+        None => default_client_for(&first, Some(spec.wait))
+            .await
+            .map_err(from_lock_error)?,
+    };
+    let outer = HELD.try_with(Arc::clone).ok();
+    let mut entered = Vec::new();
+    let mut to_take = Vec::new();
+    for key in &keys {
+        match enclosing_hold(outer.as_deref(), client.id(), key) {
+            Some((mode, lock)) => match reentry(mode, LockMode::Exclusive) {
+                Reentry::Enter => entered.push(lock),
+                Reentry::Refuse => {
+                    let key = key.clone();
+                    return Err(from_lock_error(LockError::WouldDeadlock { key }));
+                }
+            },
+            None => to_take.push(key.clone()),
+        }
+    }
+    if to_take.is_empty() {
+        return reenter(&entered, spec.abort_on_lost, body, into_result)
+            .await
+            .map_err(from_lock_error)?;
+    }
+
+    let mut request = client
+        .lock_all(to_take)
+        .wait(spec.wait)
+        .static_label(spec.label);
+    if let Some(lease) = spec.lease {
+        request = request.lease(lease);
+    }
+    if let Some(hold) = spec.hold_at_least {
+        request = request.hold_at_least(hold);
+    }
+    let guard = match (request.acquire().await, skipped) {
+        (Ok(guard), _) => guard,
+        (Err(error), Some(skipped)) if error.is_busy() => {
+            tracing::debug!(error = %error.chain(), "redlock: busy; the call is skipped (on_busy = \"skip\")");
+            return into_result(skipped());
+        }
+        (Err(error), _) => return Err(from_lock_error(error)),
+    };
+    let taken: Vec<CurrentLock> = guard
+        .held()
+        .map(|(key, fencing_token, state)| CurrentLock {
+            key: key.to_owned(),
+            fencing_token,
+            state,
+        })
+        .collect();
+    let mut locks: Vec<CurrentLock> = entered.into_iter().chain(taken).collect();
+    locks.sort_by(|a, b| a.key.cmp(&b.key));
+    let held = Arc::new(EnclosingLock {
+        client_id: client.id(),
+        mode: LockMode::Exclusive,
+        locks: locks.clone(),
+        outer,
+    });
+    let body = HELD.scope(held, body);
+    let result = if spec.abort_on_lost {
+        tokio::select! {
+            biased;
+            result = body => into_result(result),
+            key = first_lost(&locks) => {
+                tracing::warn!(%key, "redlock: lock lost; the body was stopped at its await point");
+                drop(guard);
+                return Err(from_lock_error(LockError::Lost { key }));
+            }
+        }
+    } else {
+        into_result(body.await)
+    };
+    // The body ran to its end: its result stands (see `run_locked`).
+    let keys = guard.keys().join(", ");
+    match guard.release().await {
+        Ok(()) => {}
+        Err(LockError::Lost { key }) => tracing::warn!(
+            %key,
+            %keys,
+            "redlock.lost: a lock was gone when the body completed (lease ran out, or the key was \
+             deleted or taken); the body's result is returned, writes it made relied on the fencing tokens"
+        ),
+        Err(error) => {
+            tracing::warn!(error = %error.chain(), "redlock: the release after the body failed")
+        }
+    }
+    result
+}
+
+/// The key of the first of `locks` to be lost (one with no state counts as lost).
+async fn first_lost(locks: &[CurrentLock]) -> String {
+    let each = locks.iter().map(|lock| {
+        Box::pin(async move {
+            if let Some(state) = &lock.state {
+                state.lost().await;
+            }
+            lock.key.clone()
+        })
+    });
+    futures_util::future::select_all(each).await.0
+}
+
+/// Runs a nested call's `body` under the locks held around it (`locks`: one, or the
+/// keys of a `keys = [...]` call), which the nested call's own `on_lost` governs as if
+/// it had taken them. The enclosing call may be `on_lost = "continue"` and have
+/// outlived its lease: re-entering is not holding.
 /// With `on_lost = "abort"` a lock already lost (known gone, or its lease may have run
 /// out: the enclosing call's own knowledge, no round trip) fails the call with
 /// [`LockError::Lost`] before the body runs, and one lost while it runs stops it at its
 /// next `.await`, as for a lock of its own. With `"continue"` the body runs, and
 /// `current_lock().is_lost()` tells it, as it tells the enclosing body.
 async fn reenter<R, T, E, F>(
-    state: Option<Arc<LockState>>,
-    key: String,
+    locks: &[CurrentLock],
     abort_on_lost: bool,
     body: F,
     into_result: fn(R) -> Result<T, E>,
@@ -627,17 +793,18 @@ async fn reenter<R, T, E, F>(
 where
     F: Future<Output = R>,
 {
-    if !abort_on_lost {
+    if !abort_on_lost || locks.is_empty() {
         return Ok(into_result(body.await));
     }
-    let Some(state) = state.filter(|state| !state.is_lost()) else {
+    if let Some(lost) = locks.iter().find(|lock| lock.is_lost()) {
+        let key = lost.key.clone();
         tracing::warn!(%key, "redlock: the enclosing call's lock was lost; the nested call does not run (on_lost = \"abort\")");
         return Err(LockError::Lost { key });
-    };
+    }
     tokio::select! {
         biased;
         result = body => Ok(into_result(result)),
-        () = state.lost() => {
+        key = first_lost(locks) => {
             tracing::warn!(%key, "redlock: lock lost; the nested call's body was stopped at its await point");
             Err(LockError::Lost { key })
         }
@@ -707,6 +874,36 @@ mod tests {
         ] {
             assert!(message.contains(needle), "{needle:?} missing: {message}");
         }
+    }
+
+    /// A nested call finds a key of an enclosing `keys = [...]` call, of its client
+    /// only, through any number of calls in between.
+    #[test]
+    fn a_key_of_an_enclosing_multi_lock_is_found() {
+        use super::{CurrentLock, EnclosingLock, enclosing_hold};
+        use std::sync::Arc;
+        let lock = |key: &str, fencing_token| CurrentLock {
+            key: key.to_owned(),
+            fencing_token,
+            state: None,
+        };
+        let multi = Arc::new(EnclosingLock {
+            client_id: 1,
+            mode: LockMode::Exclusive,
+            locks: vec![lock("a", 10), lock("b", 20)],
+            outer: None,
+        });
+        let inner = EnclosingLock {
+            client_id: 1,
+            mode: LockMode::Read,
+            locks: vec![lock("c", 30)],
+            outer: Some(multi),
+        };
+        let found = |client, key| enclosing_hold(Some(&inner), client, key);
+        assert_eq!(found(1, "b"), Some((LockMode::Exclusive, lock("b", 20))));
+        assert_eq!(found(1, "c"), Some((LockMode::Read, lock("c", 30))));
+        assert_eq!(found(2, "b"), None);
+        assert_eq!(found(1, "d"), None);
     }
 
     #[test]

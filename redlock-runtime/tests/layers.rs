@@ -32,6 +32,7 @@ const LAYERS: &[&str] = &[
     "acquire",       // LockRequest: validate → take turn → attempt / wait
     "operate",       // who holds a lock, every lock, force-unlock
     "election",      // leader election: a lock held with the watchdog, its holder the leader
+    "multi",         // several keys locked as one (lock_all): canonical order over LockRequest
     "client",        // LockClient and its builder
     "macro_support", // what the attribute calls
     "test_util",     // a throwaway redis-server for users' tests (feature `test-util`)

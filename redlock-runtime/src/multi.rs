@@ -1,0 +1,331 @@
+//! Several keys locked as one (`LockClient::lock_all`): all or nothing, without
+//! deadlock or starvation, in every mode, built on the single-key machinery.
+//!
+//! # Why this shape
+//! - **One global order.** The keys are deduplicated and sorted (byte order), and
+//!   taken one after the other, each with a plain [`LockRequest`] — its fair line
+//!   (the turn in-process, the waitlist in Redis), its grants, its watchdog and its own
+//!   fencing token. Every caller takes keys in that same order, so no caller waits
+//!   for a key while holding a *later* one: a cycle of callers each waiting for the
+//!   next is impossible (no deadlock), whatever order the callers named their keys in
+//!   and whatever process they run in. Nothing is given back and retried, so there is
+//!   no livelock either.
+//! - **No starvation.** Each key's line is first come, first served, so a caller of
+//!   two keys waiting in the second key's line is served in its turn: callers of that
+//!   key alone who come after it do not overtake it.
+//! - **Every mode.** Each key is one script on the server (or slot, or majority) that
+//!   holds it: keys in different Cluster slots never meet in one command, so no
+//!   `CROSSSLOT` can come back; RedLock and Sentinel need nothing more either.
+//! - **All or nothing.** A failure on any key (a `Timeout`, an error) gives back the
+//!   keys already taken — released, and waited for — before the error is returned; a
+//!   dropped acquisition drops the guards it holds, and a dropped [`LockGuard`]
+//!   releases at once in the background. Only one `wait` deadline exists: each key is
+//!   asked with the time left of it.
+//! - **A fixed lease** runs from each key's own acquisition: the first keys' leases
+//!   run while later ones are awaited. Once every key is held, the keys whose lease
+//!   has aged by more than a tenth are extended to the full lease
+//!   ([`needs_extension`]), so that every key is held at least `lease` (less 10 %)
+//!   after `acquire` returns, and an uncontended acquisition pays no extra round trip.
+//!   With the watchdog there is nothing to do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::acquire::LockRequest;
+use crate::core::Core;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::limits::validate;
+use crate::metrics::Label;
+use crate::state::LockState;
+
+/// The key named in the error of a `lock_all` given no keys at all.
+pub(crate) const NO_KEYS: &str = "(no keys)";
+
+/// An acquisition of several keys as one, being set up:
+/// `client.lock_all(["acct:1", "acct:2"]).wait(..).acquire().await`.
+///
+/// See [`LockClient::lock_all`](struct.LockClient.html#method.lock_all) for the guarantees.
+#[must_use = "nothing is locked until `.acquire().await`"]
+#[derive(Debug)]
+pub struct MultiLockRequest {
+    client: Arc<Core>,
+    /// Deduplicated, in byte order: the order every caller takes them in.
+    keys: Vec<String>,
+    wait: Duration,
+    lease: Option<Duration>,
+    hold_at_least: Option<Duration>,
+    label: Label,
+}
+
+impl MultiLockRequest {
+    pub(crate) fn new(client: Arc<Core>, keys: Vec<String>) -> Self {
+        MultiLockRequest {
+            client,
+            keys: canonical(keys),
+            wait: Duration::ZERO,
+            lease: None,
+            hold_at_least: None,
+            label: Label::unlabelled(),
+        }
+    }
+
+    /// How long to wait for every key, all together (default zero: one try of each).
+    /// One deadline for the whole call: each key is waited for with the time left.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// A fixed lease for every key. Without one the keys are held with the client's
+    /// watchdog lease, renewed for as long as the guard lives.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The `lock` label of every key's metrics (see [`LockRequest::label`]).
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = Label::new(label);
+        self
+    }
+
+    /// [`MultiLockRequest::label`] without a copy, for the attribute's templates.
+    pub(crate) fn static_label(mut self, label: &'static str) -> Self {
+        self.label = Label::from_static(label);
+        self
+    }
+
+    /// Every key is kept at least this long after its acquisition (see
+    /// [`LockRequest::hold_at_least`]).
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = Some(hold);
+        self
+    }
+
+    /// Acquires every key, waiting up to `wait` for all of them, or none.
+    ///
+    /// Fails with [`LockError::Timeout`] naming the key that was still busy when the
+    /// wait ran out, or with the error that stopped the acquisition, naming its key;
+    /// either way, holding none of the keys (those taken were released before this
+    /// returns). No keys at all, or a key `lock` would refuse, is refused before
+    /// anything is sent. Returns within `wait` plus the client's response timeout (and
+    /// at most one more to give taken keys back). Dropping the returned future mid-way
+    /// releases, at once and in the background, whatever it had taken.
+    pub async fn acquire(self) -> Result<MultiLockGuard, LockError> {
+        let span = tracing::debug_span!(
+            "redlock.acquire_all",
+            keys = ?self.keys,
+            wait = ?self.wait,
+            lease = ?self.lease,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.acquire_inner().instrument(span.clone()).await;
+        span.record("outcome", if result.is_ok() { "acquired" } else { "failed" });
+        result
+    }
+
+    async fn acquire_inner(self) -> Result<MultiLockGuard, LockError> {
+        let started = Instant::now();
+        if self.keys.is_empty() {
+            return Err(LockError::invalid_options(
+                NO_KEYS,
+                "lock_all was given no keys: name at least one",
+            ));
+        }
+        // All or nothing on bad input too: every key is checked before any is taken.
+        // (The other checks of a request — `max_lease`, RedLock's validity — do not
+        // depend on the key: the first key's request makes them before sending.)
+        for key in &self.keys {
+            validate(key, self.wait, self.lease, self.hold_at_least)?;
+        }
+        let response_timeout = self.client.config().response_timeout;
+        let deadline = started + self.wait;
+        // The bound of the whole call, as a single key's.
+        let bound = deadline + response_timeout;
+        let mut guards: Vec<LockGuard> = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut request = LockRequest::new(self.client.clone(), key.clone())
+                .wait(left)
+                .labelled(self.label.clone());
+            if let Some(lease) = self.lease {
+                request = request.lease(lease);
+            }
+            if let Some(hold) = self.hold_at_least {
+                request = request.hold_at_least(hold);
+            }
+            let error = match tokio::time::timeout_at(bound, request.acquire()).await {
+                Ok(Ok(guard)) => {
+                    guards.push(guard);
+                    continue;
+                }
+                Ok(Err(LockError::Timeout { key, .. })) => LockError::Timeout {
+                    key,
+                    waited: started.elapsed(),
+                },
+                Ok(Err(error)) => error,
+                Err(_) => LockError::redis(
+                    key,
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "Redis did not answer within the wait and the response timeout",
+                    )),
+                ),
+            };
+            tracing::debug!(%key, error = %error.chain(), taken = guards.len(), "redlock: lock_all gives back the keys it took");
+            give_back(guards, response_timeout).await;
+            return Err(error);
+        }
+        if let Some(lease) = self.lease {
+            let remaining: Vec<Duration> = guards.iter().map(LockGuard::lease_remaining).collect();
+            let aged = needs_extension(&remaining, lease);
+            let extended =
+                futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease)))
+                    .await;
+            if let Some(error) = extended.into_iter().find_map(Result::err) {
+                give_back(guards, response_timeout).await;
+                return Err(error);
+            }
+        }
+        Ok(MultiLockGuard { guards })
+    }
+}
+
+/// Releases `guards` together, waiting at most `patience` for Redis (the releases
+/// not done by then go on in the background, as a dropped guard's do).
+async fn give_back(guards: Vec<LockGuard>, patience: Duration) {
+    let released = futures_util::future::join_all(guards.into_iter().map(LockGuard::release));
+    let _ = tokio::time::timeout(patience, released).await;
+}
+
+/// The order every caller takes keys in: each key once, in byte order.
+pub(crate) fn canonical(mut keys: Vec<String>) -> Vec<String> {
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Which of the keys, with these leases left, to extend to `lease` once all are held:
+/// those whose lease has run down by more than a tenth of it while later keys were
+/// awaited. A key just taken (the uncontended case) is not, so no round trip is added.
+pub(crate) fn needs_extension(remaining: &[Duration], lease: Duration) -> Vec<usize> {
+    let floor = lease.saturating_sub(lease / 10);
+    remaining
+        .iter()
+        .enumerate()
+        .filter(|(_, left)| **left < floor)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Several keys held as one (see [`LockClient::lock_all`](struct.LockClient.html#method.lock_all)).
+/// Release it with [`MultiLockGuard::release`]; dropping it releases every key in the
+/// background, as a dropped [`LockGuard`] does.
+#[must_use = "the keys are released as soon as the guard is dropped"]
+pub struct MultiLockGuard {
+    /// One per key, in the canonical order.
+    guards: Vec<LockGuard>,
+}
+
+impl std::fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tokens: Vec<(&str, u64)> = self
+            .guards
+            .iter()
+            .map(|guard| (guard.key(), guard.fencing_token()))
+            .collect();
+        f.debug_struct("MultiLockGuard")
+            .field("fencing_tokens", &tokens)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl MultiLockGuard {
+    /// The keys held, each once, in byte order.
+    pub fn keys(&self) -> Vec<&str> {
+        self.guards.iter().map(LockGuard::key).collect()
+    }
+
+    /// The fencing token of `key`'s acquisition (from that key's own counter: compare
+    /// it only with tokens of the same key), or `None` for a key this guard does not hold.
+    pub fn fencing_token(&self, key: &str) -> Option<u64> {
+        self.guards
+            .binary_search_by(|guard| guard.key().cmp(key))
+            .ok()
+            .map(|at| self.guards[at].fencing_token())
+    }
+
+    /// True once any of the keys is known gone, or its lease may have run out.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves when any of the keys is lost.
+    pub async fn lost(&self) {
+        let each = self.guards.iter().map(|guard| Box::pin(guard.lost()));
+        futures_util::future::select_all(each).await;
+    }
+
+    /// How long every key is surely still held: the smallest of their
+    /// [`LockGuard::lease_remaining`].
+    pub fn lease_remaining(&self) -> Duration {
+        self.guards
+            .iter()
+            .map(LockGuard::lease_remaining)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Releases every key, all at once. Tries them all, and returns the first error
+    /// (in key order) as [`LockGuard::release`] reports it.
+    pub async fn release(self) -> Result<(), LockError> {
+        let released =
+            futures_util::future::join_all(self.guards.into_iter().map(LockGuard::release)).await;
+        released.into_iter().collect()
+    }
+
+    /// Each key's key, fencing token and shared state, in order (for the attribute).
+    pub(crate) fn held(&self) -> impl Iterator<Item = (&str, u64, Option<Arc<LockState>>)> {
+        self.guards
+            .iter()
+            .map(|guard| (guard.key(), guard.fencing_token(), guard.state()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{canonical, needs_extension};
+
+    #[test]
+    fn keys_are_taken_once_each_in_byte_order() {
+        let keys = |list: &[&str]| list.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>();
+        assert_eq!(canonical(keys(&["b", "a", "a", "c", "b"])), keys(&["a", "b", "c"]));
+        // Byte order, whoever names them how: upper case before lower, `{tag}` after.
+        assert_eq!(
+            canonical(keys(&["acct:2", "{t}x", "Acct:1", "acct:10"])),
+            keys(&["Acct:1", "acct:10", "acct:2", "{t}x"])
+        );
+        assert_eq!(canonical(keys(&["a", "b"])), canonical(keys(&["b", "a"])));
+        assert!(canonical(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn only_leases_aged_by_more_than_a_tenth_are_extended() {
+        let lease = Duration::from_secs(10);
+        let ms = Duration::from_millis;
+        // Just taken (RedLock's drift allowance included): nothing to send.
+        assert!(needs_extension(&[ms(10_000), ms(9_898), ms(9_000)], lease).is_empty());
+        // The first key waited 3 s for the second: only it.
+        assert_eq!(needs_extension(&[ms(7_000), ms(10_000)], lease), [0]);
+        // A granted key holds for the grace until its confirmation is answered.
+        assert_eq!(needs_extension(&[ms(8_999), ms(100), ms(9_500)], lease), [0, 1]);
+        assert_eq!(needs_extension(&[Duration::ZERO], lease), [0]);
+    }
+}

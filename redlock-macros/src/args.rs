@@ -473,8 +473,8 @@ fn key_templates(value: &Expr, errors: &mut Errors) -> Option<Vec<LitStr>> {
                 lit = lit.to_token_stream()
             ),
             None => format!(
-                "`keys` takes a list of string literals, the key templates to lock as one, \
-                 e.g. {example}"
+                "`keys` takes a list of string literals written out in the attribute, the key \
+                 templates to lock as one, e.g. {example}"
             ),
         };
         errors.push(syn::Error::new_spanned(value, message));
@@ -493,11 +493,20 @@ fn key_templates(value: &Expr, errors: &mut Errors) -> Option<Vec<LitStr>> {
     let mut templates: Vec<LitStr> = Vec::new();
     for element in &array.elems {
         let Some(lit) = string_literal(element) else {
+            // `keys = [from, to]`: a parameter's value goes in a template as `<from>`.
+            let hint = match element {
+                Expr::Path(path) => path
+                    .path
+                    .get_ident()
+                    .map(|name| format!(" (for the value of `{name}`, write `\"<{name}>\"`)"))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
             errors.push(syn::Error::new_spanned(
                 element,
                 format!(
                     "each of `keys` is a key template, a string literal with the parameters \
-                     in `<...>`: e.g. {example}"
+                     in `<...>`{hint}: e.g. {example}"
                 ),
             ));
             continue;
@@ -875,7 +884,11 @@ mod tests {
                 r#"write `keys = ["a:<x>"]`, or `key = "a:<x>"`"#,
             ),
             ("keys = ACCOUNTS", "`keys` takes a list of string literals"),
-            (r#"keys = ["a", b]"#, "each of `keys` is a key template"),
+            (
+                r#"keys = ["a", b]"#,
+                r#"(for the value of `b`, write `"<b>"`)"#,
+            ),
+            (r#"keys = ["a", 1]"#, "each of `keys` is a key template"),
             (r#"keys = ["a", "a"]"#, r#"`keys` lists "a" twice"#),
             (
                 r#"key = "a", keys = ["b"]"#,

@@ -3,7 +3,7 @@
 //! ```text
 //! #(#attrs)* #vis #sig {
 //!     let __key = format!("order:{}", id);            // before the body moves `id`
-//!     // (with `keys = [..]`: `Vec::from([format!(..), format!(..)])`)
+//!     // (with `keys = [..]`: `<[String]>::to_vec(&[format!(..), format!(..)])`)
 //!     let __client = Some(AsLockClient::as_lock_client(&(self.locks)).clone());  // or None
 //!     let __body = async move {
 //!         // Never runs: fixes the block's type to the function's, before the body.
@@ -541,15 +541,17 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, keys: LockKeys
     };
     // One key: `run_locked`; several, locked as one: `run_locked_all`, with the same
     // arguments but the list of keys.
-    let (key_type, key_value, run_locked) = match keys {
+    let (let_keys, run_locked) = match keys {
         LockKeys::One(key) => (
-            quote!(::redlock_runtime::__private::String),
-            key,
+            quote!(let #key_var: ::redlock_runtime::__private::String = #key;),
             quote_spanned!(ty_span=> ::redlock_runtime::__private::run_locked),
         ),
+        // `__private` exports no `Vec`: the slice's inherent `to_vec` needs no name and
+        // no trait in scope (a copy of each key, beside the Redis round trips).
         LockKeys::All(keys) => (
-            quote!(::redlock_runtime::__private::Vec<::redlock_runtime::__private::String>),
-            quote!(::redlock_runtime::__private::Vec::from([#(#keys),*])),
+            quote! {
+                let #key_var = <[::redlock_runtime::__private::String]>::to_vec(&[#(#keys),*]);
+            },
             quote_spanned!(ty_span=> ::redlock_runtime::__private::run_locked_all),
         ),
     };
@@ -609,7 +611,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, keys: LockKeys
     quote! {
         #(#attrs)*
         #vis #sig {
-            let #key_var: #key_type = #key_value;
+            #let_keys
             let #client_var = #client;
             let #body_var = async move {
                 #typed_return

@@ -129,7 +129,9 @@ use proc_macro::TokenStream;
 ///   is not an array of string literals, and the same template written twice
 ///   (`["account:<from>", "account:<from>"]` is most likely a copy whose placeholder was
 ///   meant to change). A wrong placeholder is reported on its own template.
-/// - The metrics' and spans' `lock` label is the templates joined with `", "`
+/// - A key that an enclosing annotated call of the same task holds with the same
+///   client is re-entered, not taken again; the others are taken as above.
+/// - The metrics' `lock` label of every key is the templates joined with `", "`
 ///   (`"account:<from>, account:<to>"`).
 ///
 /// The attribute works on free functions, methods (`&self`, `&mut self`,

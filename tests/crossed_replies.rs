@@ -425,6 +425,8 @@ async fn fail_over_for(
 /// 30-52 of them were not in 60 s: repro/crossed-reply), and the servers must have sent
 /// the subscription connection `sunsubscribe` pushes (else the scenario proved nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard serializes the two cluster tests: held for the whole test on purpose.
+#[allow(clippy::await_holding_lock)]
 async fn no_reply_is_handed_to_another_request_across_cluster_failovers() {
     let _alone = one_cluster_at_a_time();
     let cluster = Arc::new(RedisCluster::start_with_replicas(3, 1));
@@ -770,6 +772,8 @@ async fn contend(
 /// 103 overlaps, 75 tokens not increasing, 69 errors no failover explains (lock and
 /// release scripts answered by `sunsubscribe` pushes or other scripts' replies).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard serializes the two cluster tests: held for the whole test on purpose.
+#[allow(clippy::await_holding_lock)]
 async fn locks_exclude_each_other_across_cluster_failovers() {
     let _alone = one_cluster_at_a_time();
     let cluster = Arc::new(RedisCluster::start_with_replicas(3, 1));

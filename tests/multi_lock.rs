@@ -49,7 +49,10 @@ async fn two_keys_are_held_with_their_own_tokens_and_released_together() {
         .await
         .unwrap();
     assert_eq!(both.keys(), ["a", "b"]);
-    let (a, b) = (both.fencing_token("a").unwrap(), both.fencing_token("b").unwrap());
+    let (a, b) = (
+        both.fencing_token("a").unwrap(),
+        both.fencing_token("b").unwrap(),
+    );
     assert!(a > a0 && b > b0, "tokens went down: {a0}→{a}, {b0}→{b}");
     assert_ne!(a, b, "one token for two acquisitions");
     assert_eq!(both.fencing_token("c"), None);
@@ -137,7 +140,10 @@ async fn a_key_named_twice_is_one_key_and_bad_input_takes_nothing() {
         .acquire()
         .await
         .unwrap_err();
-    assert!(matches!(&error, LockError::InvalidOptions { .. }), "{error:?}");
+    assert!(
+        matches!(&error, LockError::InvalidOptions { .. }),
+        "{error:?}"
+    );
     assert!(!exists(&server, "a").await && !exists(&server, "b").await);
 }
 
@@ -290,7 +296,7 @@ const CHILD_TEST: &str = "child_process_transfers";
 const ACCOUNTS: usize = 4;
 const START_BALANCE: i64 = 100;
 const TASKS_PER_CHILD: usize = 2;
-const TRANSFERS_PER_TASK: usize = 25;
+const TRANSFERS_PER_TASK: usize = 50;
 
 /// Writes both accounts' new balances if each token is above the highest that wrote
 /// that account (then recorded), else writes nothing and counts a refusal.
@@ -370,7 +376,10 @@ async fn transfers(client: LockClient, url: String, child: String) {
         guard.release().await.unwrap();
         for account in [&from, &to] {
             let record = format!("{start} {end} {child} {written}");
-            let _: () = data.rpush(format!("history:{account}"), record).await.unwrap();
+            let _: () = data
+                .rpush(format!("history:{account}"), record)
+                .await
+                .unwrap();
         }
     }
 }
@@ -442,14 +451,14 @@ async fn crossing_transfers_between_processes() {
     let errors: Vec<String> = data.lrange("errors", 0, -1).await.unwrap();
     assert!(errors.is_empty(), "acquisitions failed: {errors:?}");
     let refused: Option<u64> = data.get("refused").await.unwrap();
-    assert_eq!(refused, None, "fenced writes were refused: a token went down");
+    assert_eq!(
+        refused, None,
+        "fenced writes were refused: a token went down"
+    );
     let mut total = 0;
     let mut transfers = 0;
     for account in 0..ACCOUNTS {
-        let balance: i64 = data
-            .get(format!("balance:acct:{account}"))
-            .await
-            .unwrap();
+        let balance: i64 = data.get(format!("balance:acct:{account}")).await.unwrap();
         total += balance;
         // No two holders of an account at once: its hold intervals do not overlap.
         let history: Vec<String> = data
@@ -477,7 +486,298 @@ async fn crossing_transfers_between_processes() {
         }
     }
     let expected = CHILDREN * TASKS_PER_CHILD * TRANSFERS_PER_TASK;
-    assert_eq!(transfers, 2 * expected, "every transfer is in two histories");
+    assert_eq!(
+        transfers,
+        2 * expected,
+        "every transfer is in two histories"
+    );
     assert_eq!(total, ACCOUNTS as i64 * START_BALANCE);
     eprintln!("{expected} transfers by {CHILDREN} processes in {took:?}");
+}
+
+#[tokio::test]
+async fn a_fixed_lease_counts_from_the_return_of_acquire() {
+    let server = RedisServer::start();
+    let other = named(&server.url(), "other").await;
+    let held = other
+        .lock("b")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let client = named(&server.url(), "multi").await;
+    let lease = Duration::from_secs(2);
+    let acquiring = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock_all(["a", "b"])
+                .wait(Duration::from_secs(10))
+                .lease(lease)
+                .acquire()
+                .await
+        }
+    });
+    // `a` is taken at once, and its lease runs while `b` is awaited.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    held.release().await.unwrap();
+    let guard = acquiring.await.unwrap().unwrap();
+    for key in ["a", "b"] {
+        let ttl: i64 = raw(&server).await.pttl(key).await.unwrap();
+        assert!(ttl > 1_700, "{key}: {ttl} ms left of a 2 s lease");
+    }
+    assert!(guard.lease_remaining() > Duration::from_millis(1_700));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn hold_at_least_counts_once_every_key_is_held() {
+    let server = RedisServer::start();
+    let client = named(&server.url(), "multi").await;
+    let hold = Duration::from_millis(800);
+    // A key given back is freed at once, whatever hold_at_least says.
+    let other = named(&server.url(), "other").await;
+    let held = other.lock("b").acquire().await.unwrap();
+    let error = client
+        .lock_all(["a", "b"])
+        .wait(Duration::from_millis(200))
+        .lease(Duration::from_secs(10))
+        .hold_at_least(hold)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(error.is_busy(), "{error:?}");
+    assert!(!exists(&server, "a").await, "a kept for hold_at_least");
+    held.release().await.unwrap();
+    // Acquired: a release right away keeps both keys for the rest of the hold.
+    let guard = client
+        .lock_all(["a", "b"])
+        .lease(Duration::from_secs(10))
+        .hold_at_least(hold)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    for key in ["a", "b"] {
+        let ttl: i64 = raw(&server).await.pttl(key).await.unwrap();
+        assert!((1..=800).contains(&ttl), "{key}: pttl {ttl}");
+    }
+    tokio::time::sleep(hold).await;
+    assert!(!exists(&server, "a").await && !exists(&server, "b").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_of_two_keys_is_not_overtaken_by_callers_of_one() {
+    let server = RedisServer::start();
+    // Two clients (as two processes) take `b` alone back to back, each holding it 50 ms:
+    // `b` is never free for long.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut churn = Vec::new();
+    for name in ["one", "two"] {
+        let client = named(&server.url(), name).await;
+        let stop = stop.clone();
+        churn.push(tokio::spawn(async move {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let guard = client
+                    .lock("b")
+                    .wait(Duration::from_secs(10))
+                    .lease(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                guard.release().await.unwrap();
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = named(&server.url(), "multi").await;
+    let started = Instant::now();
+    let both = client
+        .lock_all(["b", "a"])
+        .wait(Duration::from_secs(5))
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("served in its turn in b's line");
+    let took = started.elapsed();
+    both.release().await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut rounds = 0;
+    for task in churn {
+        rounds += task.await.unwrap();
+    }
+    // In line behind at most the holder and the other waiter: a few holds of 50 ms.
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    eprintln!("both keys after {took:?}; the single-key callers took b {rounds} times");
+}
+
+mod attribute_runtime {
+    //! What the expansion of `#[distributed_lock(keys = [...])]` calls, called directly.
+
+    use std::time::Duration;
+
+    use redlock_runtime::__private::{Conversions, LockMode, LockSpec, run_locked, run_locked_all};
+    use redlock_runtime::{LockClient, LockError, current_lock, current_locks};
+    use redlock_testkit::RedisServer;
+
+    use super::{exists, named};
+
+    fn spec() -> LockSpec {
+        LockSpec {
+            wait: Duration::from_millis(300),
+            lease: Some(Duration::from_secs(10)),
+            hold_at_least: None,
+            abort_on_lost: true,
+            label: "acct:<id>",
+            mode: LockMode::Exclusive,
+        }
+    }
+
+    fn plain<T>() -> Conversions<Result<T, LockError>, T, LockError> {
+        Conversions {
+            into_result: |result| result,
+            from_lock_error: |error| error,
+            skipped: None,
+        }
+    }
+
+    /// Every key's lock inside, the first as `current_lock`; a nested call on one of
+    /// them (one key, or several) enters without waiting for itself.
+    async fn nested(client: &LockClient) -> Result<Vec<(String, u64)>, LockError> {
+        let locks = current_locks();
+        let seen: Vec<(String, u64)> = locks
+            .iter()
+            .map(|lock| (lock.key().to_owned(), lock.fencing_token()))
+            .collect();
+        assert_eq!(current_lock().as_ref(), locks.first());
+        let b = seen[1].1;
+        let inner = run_locked(
+            Some(client.clone()),
+            "b".to_owned(),
+            spec(),
+            async { Ok(current_lock().unwrap().fencing_token()) },
+            plain(),
+        )
+        .await?;
+        assert_eq!(inner, b, "the nested call entered the lock held around it");
+        let inner_all = run_locked_all(
+            Some(client.clone()),
+            vec!["b".to_owned(), "a".to_owned()],
+            spec(),
+            async { Ok(current_locks().len()) },
+            plain(),
+        )
+        .await?;
+        assert_eq!(inner_all, 2);
+        Ok(seen)
+    }
+
+    #[tokio::test]
+    async fn run_locked_all_holds_every_key_and_nested_calls_enter() {
+        let server = RedisServer::start();
+        let client = named(&server.url(), "macro").await;
+        let seen = run_locked_all(
+            Some(client.clone()),
+            vec!["b".to_owned(), "a".to_owned(), "b".to_owned()],
+            spec(),
+            nested(&client),
+            plain(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            seen.iter().map(|(key, _)| key.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert!(current_locks().is_empty());
+        assert!(!exists(&server, "a").await && !exists(&server, "b").await);
+    }
+
+    #[tokio::test]
+    async fn a_busy_key_skips_or_fails_the_call_holding_nothing() {
+        let server = RedisServer::start();
+        let other = named(&server.url(), "other").await;
+        let held = other.lock("b").acquire().await.unwrap();
+        let client = named(&server.url(), "macro").await;
+        let skipping = Conversions {
+            into_result: |result| result,
+            from_lock_error: |error| error,
+            skipped: Some(|| Ok(None)),
+        };
+        let skipped: Option<u32> = run_locked_all(
+            Some(client.clone()),
+            vec!["a".to_owned(), "b".to_owned()],
+            spec(),
+            async { panic!("the body ran without its locks") },
+            skipping,
+        )
+        .await
+        .unwrap();
+        assert_eq!(skipped, None);
+        assert!(!exists(&server, "a").await);
+        let error = run_locked_all(
+            Some(client.clone()),
+            vec!["a".to_owned(), "b".to_owned()],
+            spec(),
+            async { Ok(()) },
+            plain(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&error, LockError::Timeout { key, .. } if key == "b"),
+            "{error:?}"
+        );
+        let error = run_locked_all(
+            Some(client.clone()),
+            Vec::new(),
+            spec(),
+            async { Ok(()) },
+            plain(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&error, LockError::InvalidOptions { .. }),
+            "{error:?}"
+        );
+        held.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_key_lost_stops_the_body() {
+        let server = RedisServer::start();
+        let client = LockClient::builder(&server.url())
+            .watchdog_lease(Duration::from_millis(900))
+            .connect()
+            .await
+            .unwrap();
+        let operator = named(&server.url(), "operator").await;
+        let spec = LockSpec {
+            lease: None,
+            ..spec()
+        };
+        let error = run_locked_all(
+            Some(client.clone()),
+            vec!["a".to_owned(), "b".to_owned()],
+            spec,
+            async {
+                assert!(operator.force_unlock("b").await.unwrap());
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok(())
+            },
+            plain(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&error, LockError::Lost { key } if key == "b"),
+            "{error:?}"
+        );
+        assert!(!exists(&server, "a").await);
+    }
 }

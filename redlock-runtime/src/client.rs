@@ -241,7 +241,10 @@ impl LockClient {
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        MultiLockRequest::new(self.inner.clone(), keys.into_iter().map(Into::into).collect())
+        MultiLockRequest::new(
+            self.inner.clone(),
+            keys.into_iter().map(Into::into).collect(),
+        )
     }
 
     /// A read lock on `key`: any number of readers at once, in every process, but no

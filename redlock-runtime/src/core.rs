@@ -46,7 +46,10 @@ pub(crate) struct HeldLock {
     pub(crate) key: String,
     pub(crate) owner: String,
     pub(crate) acquired_at: Instant,
-    pub(crate) hold_at_least: Option<Duration>,
+    /// `hold_at_least`, counted from `acquired_at`: given with the request, or set once
+    /// later (`keep_at_least_from_now`: a `lock_all` sets it once every key is held, so
+    /// that a key it gives back is freed at once).
+    hold_at_least: std::sync::OnceLock<Duration>,
     pub(crate) state: Arc<LockState>,
     pub(crate) watchdog_id: Option<u64>,
     /// Its entry among the client's held locks.
@@ -62,11 +65,15 @@ impl HeldLock {
         state: Arc<LockState>,
         watchdog_id: Option<u64>,
     ) -> Self {
+        let cell = std::sync::OnceLock::new();
+        if let Some(hold) = hold_at_least {
+            let _ = cell.set(hold);
+        }
         HeldLock {
             key,
             owner,
             acquired_at,
-            hold_at_least,
+            hold_at_least: cell,
             state,
             watchdog_id,
             id: 0,
@@ -75,7 +82,18 @@ impl HeldLock {
 
     /// How long a release now must keep the key for `hold_at_least` (ms; 0: free it).
     pub(crate) fn keep_ms(&self) -> u64 {
-        keep_ms(self.hold_at_least, self.acquired_at.elapsed())
+        keep_ms(
+            self.hold_at_least.get().copied(),
+            self.acquired_at.elapsed(),
+        )
+    }
+
+    /// Keeps the key at least `hold` from now at its release, unless a `hold_at_least`
+    /// was set already (it then stays as it was).
+    pub(crate) fn keep_at_least_from_now(&self, hold: Duration) {
+        let _ = self
+            .hold_at_least
+            .set(hold.saturating_add(self.acquired_at.elapsed()));
     }
 
     /// Until when a release must keep the key, for a release sent from another runtime.

@@ -144,6 +144,14 @@ impl LockGuard {
         }
     }
 
+    /// A release before `hold` from now keeps the key until then (`hold_at_least` set
+    /// after the acquisition: see `multi`).
+    pub(crate) fn keep_at_least_from_now(&self, hold: Duration) {
+        if let Some(held) = &self.held {
+            held.lock.keep_at_least_from_now(hold);
+        }
+    }
+
     /// The shared state of the lock (for `current_lock()`).
     pub(crate) fn state(&self) -> Option<Arc<LockState>> {
         self.held.as_ref().map(|held| held.lock.state.clone())

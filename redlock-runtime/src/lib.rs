@@ -101,11 +101,16 @@
 //!   `write_lock(k)` is `lock(k)`.
 //! - [`LockClient::semaphore`]: at most N holders, a lease per permit, nothing left in
 //!   Redis once no permit is held, [`LockError::PermitsMismatch`] for another count.
+//! - [`LockClient::lock_all`]: several keys as one ([`MultiLockGuard`]), exclusive,
+//!   all or nothing; each key a plain lock with its own fencing token, taken in byte
+//!   order so that callers naming the same keys in any order never deadlock; in every
+//!   mode (keys in different Cluster slots included).
 //! - [`LockClient::election`]: [`Election::campaign`] waits until elected and leads
 //!   with the watchdog lease; the term is the fencing token; [`Election::leader`] names
 //!   the leader.
 //!
-//! Each gives a [`LockGuard`] and takes the same `wait`, `lease` and `hold_at_least`.
+//! Each gives a [`LockGuard`] (`lock_all` a [`MultiLockGuard`] of them) and takes the
+//! same `wait`, `lease` and `hold_at_least`.
 //! A key held in shares (readers, permits) holds `shared:<permits>` (0: a read lock)
 //! with the lease of its longest share, `redlock:holders:<key>` the holders, each
 //! scored with its own lease's end, and `redlock:names:<key>` each share's fencing
@@ -386,11 +391,11 @@ pub use election::Election;
 pub use error::LockError;
 pub use fenced::{FencedKey, FencedWrite};
 pub use guard::LockGuard;
-pub use multi::{MultiLockGuard, MultiLockRequest};
 pub use macro_support::{
     AsLockClient, CurrentLock, FromLockError, LockedResult, SkippableResult, current_lock,
     current_locks, default_client, set_default_client, shutdown_default_client,
 };
+pub use multi::{MultiLockGuard, MultiLockRequest};
 pub use operate::{LockInfo, LockKind, Share};
 pub use redlock_macros::distributed_lock;
 

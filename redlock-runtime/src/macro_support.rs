@@ -556,9 +556,17 @@ where
     let outer = HELD.try_with(Arc::clone).ok();
     if let Some((mode, lock)) = enclosing_hold(outer.as_deref(), client.id(), &key) {
         return match reentry(mode, spec.mode) {
-            Reentry::Enter => reenter(&[lock], spec.abort_on_lost, body, into_result)
-                .await
-                .map_err(from_lock_error)?,
+            Reentry::Enter => {
+                let entered = EnclosingLock {
+                    client_id: client.id(),
+                    mode,
+                    locks: vec![lock],
+                    outer,
+                };
+                reenter(entered, spec.abort_on_lost, body, into_result)
+                    .await
+                    .map_err(from_lock_error)?
+            }
             Reentry::Refuse => Err(from_lock_error(LockError::WouldDeadlock { key })),
         };
     }
@@ -692,7 +700,13 @@ where
         }
     }
     if to_take.is_empty() {
-        return reenter(&entered, spec.abort_on_lost, body, into_result)
+        let entered = EnclosingLock {
+            client_id: client.id(),
+            mode: LockMode::Exclusive,
+            locks: entered,
+            outer,
+        };
+        return reenter(entered, spec.abort_on_lost, body, into_result)
             .await
             .map_err(from_lock_error)?;
     }
@@ -775,9 +789,10 @@ async fn first_lost(locks: &[CurrentLock]) -> String {
     futures_util::future::select_all(each).await.0
 }
 
-/// Runs a nested call's `body` under the locks held around it (`locks`: one, or the
-/// keys of a `keys = [...]` call), which the nested call's own `on_lost` governs as if
-/// it had taken them. The enclosing call may be `on_lost = "continue"` and have
+/// Runs a nested call's `body` under the locks held around it (`entered`: one, or the
+/// keys of a `keys = [...]` call, with the mode they are held in), which the nested
+/// call's own `on_lost` governs as if it had taken them; `current_lock()` and
+/// `current_locks()` in the body name the nested call's own keys. The enclosing call may be `on_lost = "continue"` and have
 /// outlived its lease: re-entering is not holding.
 /// With `on_lost = "abort"` a lock already lost (known gone, or its lease may have run
 /// out: the enclosing call's own knowledge, no round trip) fails the call with
@@ -785,7 +800,7 @@ async fn first_lost(locks: &[CurrentLock]) -> String {
 /// next `.await`, as for a lock of its own. With `"continue"` the body runs, and
 /// `current_lock().is_lost()` tells it, as it tells the enclosing body.
 async fn reenter<R, T, E, F>(
-    locks: &[CurrentLock],
+    entered: EnclosingLock,
     abort_on_lost: bool,
     body: F,
     into_result: fn(R) -> Result<T, E>,
@@ -793,6 +808,8 @@ async fn reenter<R, T, E, F>(
 where
     F: Future<Output = R>,
 {
+    let locks = entered.locks.clone();
+    let body = HELD.scope(Arc::new(entered), body);
     if !abort_on_lost || locks.is_empty() {
         return Ok(into_result(body.await));
     }
@@ -804,7 +821,7 @@ where
     tokio::select! {
         biased;
         result = body => Ok(into_result(result)),
-        key = first_lost(locks) => {
+        key = first_lost(&locks) => {
             tracing::warn!(%key, "redlock: lock lost; the nested call's body was stopped at its await point");
             Err(LockError::Lost { key })
         }

@@ -38,7 +38,7 @@ use crate::acquire::LockRequest;
 use crate::core::Core;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::limits::validate;
+use crate::limits::{check_max_lease, validate};
 use crate::metrics::Label;
 use crate::state::LockState;
 
@@ -99,8 +99,9 @@ impl MultiLockRequest {
         self
     }
 
-    /// Every key is kept at least this long after its acquisition (see
-    /// [`LockRequest::hold_at_least`]).
+    /// A release before this much time has passed since `acquire` returned keeps every
+    /// key until it has (see [`LockRequest::hold_at_least`]). Counted from when all keys
+    /// are held: a key given back because another could not be taken is freed at once.
     pub fn hold_at_least(mut self, hold: Duration) -> Self {
         self.hold_at_least = Some(hold);
         self
@@ -112,8 +113,9 @@ impl MultiLockRequest {
     /// wait ran out, or with the error that stopped the acquisition, naming its key;
     /// either way, holding none of the keys (those taken were released before this
     /// returns). No keys at all, or a key `lock` would refuse, is refused before
-    /// anything is sent. Returns within `wait` plus the client's response timeout (and
-    /// at most one more to give taken keys back). Dropping the returned future mid-way
+    /// anything is sent. Returns within `wait` plus the client's response timeout, and
+    /// at most one more response timeout to extend aged leases or give taken keys back.
+    /// Dropping the returned future mid-way
     /// releases, at once and in the background, whatever it had taken.
     pub async fn acquire(self) -> Result<MultiLockGuard, LockError> {
         let span = tracing::debug_span!(
@@ -124,7 +126,10 @@ impl MultiLockRequest {
             outcome = tracing::field::Empty,
         );
         let result = self.acquire_inner().instrument(span.clone()).await;
-        span.record("outcome", if result.is_ok() { "acquired" } else { "failed" });
+        span.record(
+            "outcome",
+            if result.is_ok() { "acquired" } else { "failed" },
+        );
         result
     }
 
@@ -142,6 +147,9 @@ impl MultiLockRequest {
         for key in &self.keys {
             validate(key, self.wait, self.lease, self.hold_at_least)?;
         }
+        if let Some(hold) = self.hold_at_least {
+            check_max_lease(self.client.masters(), &self.keys[0], "hold_at_least", hold)?;
+        }
         let response_timeout = self.client.config().response_timeout;
         let deadline = started + self.wait;
         // The bound of the whole call, as a single key's.
@@ -154,9 +162,6 @@ impl MultiLockRequest {
                 .labelled(self.label.clone());
             if let Some(lease) = self.lease {
                 request = request.lease(lease);
-            }
-            if let Some(hold) = self.hold_at_least {
-                request = request.hold_at_least(hold);
             }
             let error = match tokio::time::timeout_at(bound, request.acquire()).await {
                 Ok(Ok(guard)) => {
@@ -184,11 +189,16 @@ impl MultiLockRequest {
             let remaining: Vec<Duration> = guards.iter().map(LockGuard::lease_remaining).collect();
             let aged = needs_extension(&remaining, lease);
             let extended =
-                futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease)))
-                    .await;
+                futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease))).await;
             if let Some(error) = extended.into_iter().find_map(Result::err) {
                 give_back(guards, response_timeout).await;
                 return Err(error);
+            }
+        }
+        // Only now: a key given back before every key was held is freed at once.
+        if let Some(hold) = self.hold_at_least {
+            for guard in &guards {
+                guard.keep_at_least_from_now(hold);
             }
         }
         Ok(MultiLockGuard { guards })
@@ -306,7 +316,10 @@ mod tests {
     #[test]
     fn keys_are_taken_once_each_in_byte_order() {
         let keys = |list: &[&str]| list.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>();
-        assert_eq!(canonical(keys(&["b", "a", "a", "c", "b"])), keys(&["a", "b", "c"]));
+        assert_eq!(
+            canonical(keys(&["b", "a", "a", "c", "b"])),
+            keys(&["a", "b", "c"])
+        );
         // Byte order, whoever names them how: upper case before lower, `{tag}` after.
         assert_eq!(
             canonical(keys(&["acct:2", "{t}x", "Acct:1", "acct:10"])),
@@ -325,7 +338,10 @@ mod tests {
         // The first key waited 3 s for the second: only it.
         assert_eq!(needs_extension(&[ms(7_000), ms(10_000)], lease), [0]);
         // A granted key holds for the grace until its confirmation is answered.
-        assert_eq!(needs_extension(&[ms(8_999), ms(100), ms(9_500)], lease), [0, 1]);
+        assert_eq!(
+            needs_extension(&[ms(8_999), ms(100), ms(9_500)], lease),
+            [0, 1]
+        );
         assert_eq!(needs_extension(&[Duration::ZERO], lease), [0]);
     }
 }

@@ -48,8 +48,8 @@ pub(crate) struct Args {
     /// The key template literal, not yet parsed (see [`crate::key`]).
     pub key: Option<LitStr>,
     /// `keys = ["account:<from>", "account:<to>"]`: the templates of a lock of several
-    /// keys at once, each a literal not yet parsed; never empty, no two alike. Only
-    /// with [`Mode::Exclusive`] (anything else is an error already).
+    /// keys at once, each a literal not yet parsed. Without errors: never empty, no two
+    /// alike, and only with [`Mode::Exclusive`].
     pub keys: Option<Vec<LitStr>>,
     pub wait: Option<WithSpan<Duration>>,
     pub lease: Option<WithSpan<Duration>>,

@@ -36,11 +36,23 @@ fn clippy_denying_warnings_passes_on_annotated_functions() {
     )
     .expect("write Cargo.toml");
     std::fs::copy(workspace.join("Cargo.lock"), dir.join("Cargo.lock")).expect("copy Cargo.lock");
-    std::fs::copy(
-        workspace.join("tests/ui/pass/no_warnings.rs"),
-        dir.join("src/main.rs"),
-    )
-    .expect("copy the annotated functions");
+    let annotated = std::fs::read_to_string(workspace.join("tests/ui/pass/no_warnings.rs"))
+        .expect("read the annotated functions");
+    // The shapes that must stay lint-free, each generated differently: one key, several
+    // keys locked as one (`run_locked_all`), `on_busy = "skip"`, a read lock, a semaphore.
+    for shape in [
+        "key = \"",
+        "keys = [",
+        "on_busy = \"skip\"",
+        "mode = \"read\"",
+        "permits = ",
+    ] {
+        assert!(
+            annotated.contains(shape),
+            "tests/ui/pass/no_warnings.rs has no `{shape}` case"
+        );
+    }
+    std::fs::write(dir.join("src/main.rs"), annotated).expect("write the annotated functions");
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
+use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitStr, UnOp};
@@ -16,6 +17,7 @@ use crate::errors::Errors;
 /// Every argument the attribute accepts, in the order the docs list them.
 pub(crate) const ARGUMENTS: &[&str] = &[
     "key",
+    "keys",
     "wait",
     "lease",
     "hold_at_least",
@@ -45,6 +47,10 @@ pub(crate) enum Mode {
 pub(crate) struct Args {
     /// The key template literal, not yet parsed (see [`crate::key`]).
     pub key: Option<LitStr>,
+    /// `keys = ["account:<from>", "account:<to>"]`: the templates of a lock of several
+    /// keys at once, each a literal not yet parsed. Without errors: never empty, no two
+    /// alike, and only with [`Mode::Exclusive`].
+    pub keys: Option<Vec<LitStr>>,
     pub wait: Option<WithSpan<Duration>>,
     pub lease: Option<WithSpan<Duration>>,
     pub hold_at_least: Option<WithSpan<Duration>>,
@@ -67,6 +73,8 @@ struct Slot<T> {
     value: Option<T>,
     /// Given at least once, even with a value that was rejected.
     given: bool,
+    /// The name's span where it was first given.
+    span: Option<Span>,
 }
 
 impl<T> Slot<T> {
@@ -75,6 +83,7 @@ impl<T> Slot<T> {
             name,
             value: None,
             given: false,
+            span: None,
         }
     }
 
@@ -91,6 +100,7 @@ impl<T> Slot<T> {
             ));
         }
         self.given = true;
+        self.span.get_or_insert(name.span());
     }
 
     /// Stores the first valid value.
@@ -107,12 +117,18 @@ impl<T> Slot<T> {
     fn is_given(&self) -> bool {
         self.given
     }
+
+    /// Where the argument was first given, if it was.
+    fn name_span(&self) -> Option<Span> {
+        self.span
+    }
 }
 
 /// The accumulating parser fed to [`syn::meta::parser`].
 pub(crate) struct ArgsParser<'e> {
     errors: &'e mut Errors,
     key: Slot<LitStr>,
+    keys: Slot<Vec<LitStr>>,
     wait: Slot<WithSpan<Duration>>,
     lease: Slot<WithSpan<Duration>>,
     hold_at_least: Slot<WithSpan<Duration>>,
@@ -129,6 +145,7 @@ impl<'e> ArgsParser<'e> {
         ArgsParser {
             errors,
             key: Slot::new("key"),
+            keys: Slot::new("keys"),
             wait: Slot::new("wait"),
             lease: Slot::new("lease"),
             hold_at_least: Slot::new("hold_at_least"),
@@ -177,7 +194,14 @@ impl<'e> ArgsParser<'e> {
         }
         let value: Expr = meta.value()?.parse()?;
         match arg.as_str() {
-            "key" => self.key.given(self.errors, &name),
+            "key" => {
+                self.key_conflict(&name, self.key.is_given(), self.keys.is_given());
+                self.key.given(self.errors, &name);
+            }
+            "keys" => {
+                self.key_conflict(&name, self.keys.is_given(), self.key.is_given());
+                self.keys.given(self.errors, &name);
+            }
             "wait" => self.wait.given(self.errors, &name),
             "lease" => self.lease.given(self.errors, &name),
             "hold_at_least" => self.hold_at_least.given(self.errors, &name),
@@ -196,6 +220,12 @@ impl<'e> ArgsParser<'e> {
         }
         if arg == "client" {
             self.client.set(value);
+            return Ok(());
+        }
+        if arg == "keys" {
+            if let Some(keys) = key_templates(&value, self.errors) {
+                self.keys.set(keys);
+            }
             return Ok(());
         }
         if arg == "permits" {
@@ -299,6 +329,28 @@ impl<'e> ArgsParser<'e> {
         ));
     }
 
+    /// `key` and `keys` together, reported on the later one (`name`) once, as
+    /// [`Self::conflict`] does.
+    fn key_conflict(&mut self, name: &Ident, again: bool, other: bool) {
+        if again || !other {
+            return;
+        }
+        let (this, earlier) = if name == "key" {
+            ("key", "keys")
+        } else {
+            ("keys", "key")
+        };
+        self.errors.push(syn::Error::new(
+            name.span(),
+            format_args!(
+                "`{this}` cannot be combined with `{earlier}`: give one key with \
+                 `key = \"order:<id>\"`, or several locked as one with \
+                 `keys = [\"account:<from>\", \"account:<to>\"]` (put this key's template in \
+                 that list), and remove the other"
+            ),
+        ));
+    }
+
     fn duration(&mut self, arg: &str, lit: &LitStr) -> Option<WithSpan<Duration>> {
         match humantime::parse_duration(&lit.value()) {
             Ok(value) => match resolution_problem(arg, value) {
@@ -327,6 +379,7 @@ impl<'e> ArgsParser<'e> {
         let ArgsParser {
             errors,
             key,
+            keys,
             wait,
             lease,
             hold_at_least,
@@ -336,12 +389,33 @@ impl<'e> ArgsParser<'e> {
             mode,
             permits,
         } = self;
-        if !key.is_given() {
+        if !key.is_given() && !keys.is_given() {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `key` argument: name the lock, e.g. \
-                 #[distributed_lock(key = \"order:<id>\")] where `<id>` is a parameter",
+                 #[distributed_lock(key = \"order:<id>\")] where `<id>` is a parameter \
+                 (or `keys = [\"account:<from>\", \"account:<to>\"]` to lock several keys as one)",
             ));
+        }
+        if keys.is_given() {
+            // A lock of several keys is exclusive: reported on `mode` or `permits`,
+            // whichever order they come in, since that is the one to remove.
+            if let Some(span) = mode.name_span() {
+                errors.push(syn::Error::new(
+                    span,
+                    "`mode` cannot be combined with `keys`: a lock of several keys is always \
+                     exclusive (the write lock of every key); remove `mode`, or lock one key \
+                     with `key = \"...\"` to give it a `mode`",
+                ));
+            }
+            if let Some(span) = permits.name_span() {
+                errors.push(syn::Error::new(
+                    span,
+                    "`permits` cannot be combined with `keys`: a lock of several keys is always \
+                     exclusive, not a semaphore; remove `permits`, or lock one key with \
+                     `key = \"...\"` to make it a semaphore",
+                ));
+            }
         }
         let lease = lease.get();
         let hold_at_least = hold_at_least.get();
@@ -360,6 +434,7 @@ impl<'e> ArgsParser<'e> {
         }
         Args {
             key: key.get(),
+            keys: keys.get(),
             wait: wait.get(),
             lease,
             hold_at_least,
@@ -377,6 +452,83 @@ impl<'e> ArgsParser<'e> {
             },
         }
     }
+}
+
+/// The templates of `keys = ["account:<from>", "account:<to>"]`, every mistake in it
+/// reported on its own token: an empty list, a value that is no array, an element that
+/// is no string literal, a template given twice. The valid templates are returned
+/// whatever else is wrong, so that their placeholders are checked too.
+fn key_templates(value: &Expr, errors: &mut Errors) -> Option<Vec<LitStr>> {
+    let example = "`keys = [\"account:<from>\", \"account:<to>\"]`";
+    let mut inner = value;
+    // A list passed through a `macro_rules!` fragment arrives in an invisible group.
+    while let Expr::Group(group) = inner {
+        inner = &group.expr;
+    }
+    let Expr::Array(array) = inner else {
+        let message = match string_literal(value) {
+            Some(lit) => format!(
+                "`keys` takes a list of key templates in `[...]`: write `keys = [{lit}]`, \
+                 or `key = {lit}` for one key",
+                lit = lit.to_token_stream()
+            ),
+            None => format!(
+                "`keys` takes a list of string literals written out in the attribute, the key \
+                 templates to lock as one, e.g. {example}"
+            ),
+        };
+        errors.push(syn::Error::new_spanned(value, message));
+        return None;
+    };
+    if array.elems.is_empty() {
+        errors.push(syn::Error::new_spanned(
+            value,
+            format!(
+                "`keys` is empty: list the key templates to lock as one, e.g. {example}, \
+                 or write `key = \"order:<id>\"` for one key"
+            ),
+        ));
+        return None;
+    }
+    let mut templates: Vec<LitStr> = Vec::new();
+    for element in &array.elems {
+        let Some(lit) = string_literal(element) else {
+            // `keys = [from, to]`: a parameter's value goes in a template as `<from>`.
+            let hint = match element {
+                Expr::Path(path) => path
+                    .path
+                    .get_ident()
+                    .map(|name| format!(" (for the value of `{name}`, write `\"<{name}>\"`)"))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
+            errors.push(syn::Error::new_spanned(
+                element,
+                format!(
+                    "each of `keys` is a key template, a string literal with the parameters \
+                     in `<...>`{hint}: e.g. {example}"
+                ),
+            ));
+            continue;
+        };
+        if templates
+            .iter()
+            .any(|earlier| earlier.value() == lit.value())
+        {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format_args!(
+                    "`keys` lists {} twice: both would be the same key on every call, so one \
+                     of them is probably meant to name another parameter; correct this one, \
+                     or remove it",
+                    lit.to_token_stream()
+                ),
+            ));
+            continue;
+        }
+        templates.push(lit);
+    }
+    Some(templates)
 }
 
 /// The value of `permits = N`: an integer literal from 1 to [`MAX_PERMITS`], or the
@@ -497,6 +649,7 @@ fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
 fn example(arg: &str) -> &'static str {
     match arg {
         "key" => "`key = \"order:<id>\"`",
+        "keys" => "`keys = [\"account:<from>\", \"account:<to>\"]`",
         "wait" => "`wait = \"3s\"`",
         "lease" => "`lease = \"10s\"`",
         "hold_at_least" => "`hold_at_least = \"250ms\"`",
@@ -693,6 +846,80 @@ mod tests {
         let e = errors(r#"key = "k", semaphore = 5"#);
         assert!(e[0].contains("(did you mean `permits = N`?)"), "{e:?}");
         assert!(e[0].contains("`on_busy`, `mode`, `permits`"), "{e:?}");
+    }
+
+    /// The templates of `keys` and the error messages of `#[distributed_lock(#args)]`.
+    fn parse_keys(args: &str) -> (Option<Vec<String>>, Vec<String>) {
+        let mut errors = Errors::default();
+        let mut parser = ArgsParser::new(&mut errors);
+        let tokens: proc_macro2::TokenStream = args.parse().expect("tokens");
+        syn::meta::parser(|meta| parser.parse(meta))
+            .parse2(tokens)
+            .expect("no syntax error");
+        let keys = parser
+            .finish()
+            .keys
+            .map(|keys| keys.iter().map(LitStr::value).collect());
+        (keys, errors.messages())
+    }
+
+    #[test]
+    fn keys() {
+        let (keys, e) = parse_keys(r#"keys = ["account:<from>", "account:<to>"], wait = "3s""#);
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(keys.unwrap(), ["account:<from>", "account:<to>"]);
+        // One template is a lock of one key, and so is a trailing comma fine.
+        let (keys, e) = parse_keys(r#"keys = ["a:<x>",], mode = "write""#);
+        assert_eq!(keys.unwrap(), ["a:<x>"]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("`mode` cannot be combined with `keys`"));
+    }
+
+    #[test]
+    fn bad_keys() {
+        for (args, expected) in [
+            ("keys = []", "`keys` is empty"),
+            (
+                r#"keys = "a:<x>""#,
+                r#"write `keys = ["a:<x>"]`, or `key = "a:<x>"`"#,
+            ),
+            ("keys = ACCOUNTS", "`keys` takes a list of string literals"),
+            (
+                r#"keys = ["a", b]"#,
+                r#"(for the value of `b`, write `"<b>"`)"#,
+            ),
+            (r#"keys = ["a", 1]"#, "each of `keys` is a key template"),
+            (r#"keys = ["a", "a"]"#, r#"`keys` lists "a" twice"#),
+            (
+                r#"key = "a", keys = ["b"]"#,
+                "`keys` cannot be combined with `key`",
+            ),
+            (
+                r#"keys = ["b"], key = "a""#,
+                "`key` cannot be combined with `keys`",
+            ),
+            (
+                r#"permits = 2, keys = ["b"]"#,
+                "`permits` cannot be combined with `keys`",
+            ),
+            (
+                r#"keys = ["b"], mode = "read""#,
+                "`mode` cannot be combined with `keys`",
+            ),
+        ] {
+            let (_, e) = parse_keys(args);
+            assert_eq!(e.len(), 1, "{args}: {e:?}");
+            assert!(e[0].contains(expected), "{args}: {e:?}");
+        }
+        // Every mistake at once, and no "missing `key`" for a `keys` that was rejected.
+        let (_, e) = parse_keys(r#"keys = [1, "a", "a", 2], keys = []"#);
+        assert_eq!(e.len(), 5, "{e:?}");
+        assert!(e.iter().all(|e| !e.contains("missing")), "{e:?}");
+        let (_, e) = parse_keys(r#"wait = "1s""#);
+        assert!(
+            e[0].contains("missing `key`") && e[0].contains("keys = ["),
+            "{e:?}"
+        );
     }
 
     #[test]

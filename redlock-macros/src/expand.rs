@@ -3,6 +3,7 @@
 //! ```text
 //! #(#attrs)* #vis #sig {
 //!     let __key = format!("order:{}", id);            // before the body moves `id`
+//!     // (with `keys = [..]`: `<[String]>::to_vec(&[format!(..), format!(..)])`)
 //!     let __client = Some(AsLockClient::as_lock_client(&(self.locks)).clone());  // or None
 //!     let __body = async move {
 //!         // Never runs: fixes the block's type to the function's, before the body.
@@ -11,6 +12,7 @@
 //!     };
 //!     from_result(run_locked(__client, __key, LockSpec { .., label: "order:<id>", mode },
 //!         __body, Conversions { into_result, from_lock_error, skipped }).await)
+//!     // (with `keys = [..]`: `run_locked_all`, the same arguments, mode `Exclusive`)
 //! }
 //! ```
 //!
@@ -63,17 +65,37 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
     let Some(args) = args else {
         return with_errors(item, errors);
     };
+    // Every template is checked, `key`'s and each of `keys`, even when both are given
+    // (an error already): every mistake is reported at once.
     let key = args
         .key
         .as_ref()
         .map(|lit| key_expression(lit, &function.sig, &mut errors));
+    let keys = args.keys.as_ref().map(|lits| {
+        lits.iter()
+            .map(|lit| key_expression(lit, &function.sig, &mut errors))
+            .collect::<Vec<_>>()
+    });
+    let lock_keys = match (key, keys) {
+        (Some(key), None) => Some(LockKeys::One(key)),
+        (None, Some(keys)) => Some(LockKeys::All(keys)),
+        _ => None,
+    };
 
-    match (return_type, key) {
-        (Some(return_type), Some(key)) if errors.is_empty() => {
-            generate(&function, &args, return_type, key)
+    match (return_type, lock_keys) {
+        (Some(return_type), Some(keys)) if errors.is_empty() => {
+            generate(&function, &args, return_type, keys)
         }
         _ => with_errors(item, errors),
     }
+}
+
+/// The expressions that build the key strings of one call.
+enum LockKeys {
+    /// `key = "..."`.
+    One(TokenStream),
+    /// `keys = [...]`, in the order written (the runtime sorts and deduplicates them).
+    All(Vec<TokenStream>),
 }
 
 /// `#[distributed_lock("order:<id>")]`: a key without its name. Reported with the fix,
@@ -441,7 +463,7 @@ fn infer_impl_trait(ty: &mut Type) {
     }
 }
 
-fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStream) -> TokenStream {
+fn generate(function: &LockedFn, args: &Args, return_type: &Type, keys: LockKeys) -> TokenStream {
     let LockedFn {
         attrs,
         vis,
@@ -468,10 +490,12 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
     let abort_on_lost = args.abort_on_lost;
     // The metrics' `lock` label: the key's template as written, never a key with its
     // values filled in, so that a function's locks are one time series, not one per id.
-    let label = LitStr::new(
-        &args.key.as_ref().map(LitStr::value).unwrap_or_default(),
-        Span::call_site(),
-    );
+    // Several keys: their templates as written, joined ("account:<from>, account:<to>").
+    let templates: Vec<String> = match &args.keys {
+        Some(keys) => keys.iter().map(LitStr::value).collect(),
+        None => args.key.iter().map(LitStr::value).collect(),
+    };
+    let label = LitStr::new(&templates.join(", "), Span::call_site());
     let mode = match args.mode {
         Mode::Exclusive => quote!(::redlock_runtime::__private::LockMode::Exclusive),
         Mode::Read => quote!(::redlock_runtime::__private::LockMode::Read),
@@ -515,9 +539,25 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
         },
         None => quote!(::redlock_runtime::__private::Option::None),
     };
+    // One key: `run_locked`; several, locked as one: `run_locked_all`, with the same
+    // arguments but the list of keys.
+    let (let_keys, run_locked) = match keys {
+        LockKeys::One(key) => (
+            quote!(let #key_var: ::redlock_runtime::__private::String = #key;),
+            quote_spanned!(ty_span=> ::redlock_runtime::__private::run_locked),
+        ),
+        // `__private` exports no `Vec`: the slice's inherent `to_vec` needs no name and
+        // no trait in scope (a copy of each key, beside the Redis round trips).
+        LockKeys::All(keys) => (
+            quote! {
+                let #key_var = <[::redlock_runtime::__private::String]>::to_vec(&[#(#keys),*]);
+            },
+            quote_spanned!(ty_span=> ::redlock_runtime::__private::run_locked_all),
+        ),
+    };
     let run = quote_spanned! {ty_span=>
         #from_result(
-            ::redlock_runtime::__private::run_locked(
+            #run_locked(
                 #client_var,
                 #key_var,
                 ::redlock_runtime::__private::LockSpec {
@@ -571,7 +611,7 @@ fn generate(function: &LockedFn, args: &Args, return_type: &Type, key: TokenStre
     quote! {
         #(#attrs)*
         #vis #sig {
-            let #key_var: ::redlock_runtime::__private::String = #key;
+            #let_keys
             let #client_var = #client;
             let #body_var = async move {
                 #typed_return

@@ -40,6 +40,7 @@ use proc_macro::TokenStream;
 /// | Argument | Value | Default | Meaning |
 /// |---|---|---|---|
 /// | `key` | string template, **required** | — | The lock's Redis key. `<name>` is replaced by the parameter `name` (`self` included), `<name.field.0>` by a field of one, each formatted with `Display`. `<<` and `>>` write a literal `<` and `>`; everything else is literal, so `"order:{<id>}"` keeps `{…}` as a Redis Cluster hash tag. Not a `format!` string: `{id}` naming a parameter is a compile error (it would be the literal text `{id}`, one key for every call) that shows both fixes, `<id>` and `{<id>}`; a `{…}` naming no parameter is a literal hash tag. |
+/// | `keys` | array of string templates | — | Instead of `key`: several keys locked as one, e.g. `keys = ["account:<from>", "account:<to>"]` for a transfer. Each template is written and checked as `key`'s. The call holds every key or none: the lock is exclusive (not with `mode` or `permits`), and every other argument means what it does for one key (`on_busy = "skip"` skips when any key is held elsewhere). See [Several keys](#several-keys). |
 /// | `wait` | duration string | `"0s"` | How long to wait for the lock; `"0s"` makes one attempt. On timeout the body does not run and the function returns the `LockError` (`is_busy()`), or `Ok(None)` with `on_busy = "skip"`. Whole milliseconds. |
 /// | `lease` | duration string | watchdog | How long the lock lives in Redis without renewal. Omitted: the runtime's watchdog renews the lock while the body runs. At least 1 ms, whole milliseconds (Redis's resolution). |
 /// | `hold_at_least` | duration string | none | Keeps the lock at least this long even if the body finishes sooner (e.g. to rate-limit a job). Must not exceed `lease` when both are given. |
@@ -87,6 +88,51 @@ use proc_macro::TokenStream;
 /// `"abort"` (the default) it returns `LockError::Lost` without running its body when
 /// that lock is already lost (an enclosing `on_lost = "continue"` call outlived its
 /// lease), and stops its body when the lock is lost while it runs.
+///
+/// # Several keys
+///
+/// `keys = [...]` locks several keys as one: the body runs only while the call holds
+/// every one of them, as a transfer between two accounts must.
+///
+/// ```no_run
+/// use redlock_runtime::{current_lock, current_locks, distributed_lock};
+/// # use redlock_runtime::LockError;
+///
+/// #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "3s", lease = "10s")]
+/// async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), LockError> {
+///     // One lock per key, in canonical order: the keys sorted, each once.
+///     for lock in current_locks() {
+///         // Pass `lock.fencing_token()` with the writes to `lock.key()`'s account.
+/// #       let _ = (lock.key(), lock.fencing_token());
+///     }
+///     // The first of them.
+///     let _first = current_lock();
+/// #   let _ = amount;
+///     Ok(())
+/// }
+/// ```
+///
+/// - The keys are built from the arguments, then deduplicated and sorted, and taken in
+///   that order, so `transfer(a, b)` and `transfer(b, a)` running at once do not
+///   deadlock. A key that comes out twice at run time (`transfer(a, a)`) is locked once.
+/// - `wait` covers taking all of them. When one stays held elsewhere for the whole `wait`,
+///   the keys already taken are released and the call returns `LockError::Timeout`
+///   naming that key, or `Ok(None)` with `on_busy = "skip"`: no key stays locked by a
+///   call whose body did not run.
+/// - `lease`, the watchdog, `hold_at_least` and `on_lost` apply to each key: losing any
+///   one of them is losing the lock.
+/// - `redlock_runtime::current_locks()` returns every lock of the innermost annotated
+///   call, in the canonical order, each with its key and its own fencing token;
+///   `current_lock()` returns the first of them.
+/// - Refused at compile time, each with the fix: `keys = []`, `key` and `keys` together,
+///   `mode` or `permits` with `keys` (a lock of several keys is exclusive), a value that
+///   is not an array of string literals, and the same template written twice
+///   (`["account:<from>", "account:<from>"]` is most likely a copy whose placeholder was
+///   meant to change). A wrong placeholder is reported on its own template.
+/// - A key that an enclosing annotated call of the same task holds with the same
+///   client is re-entered, not taken again; the others are taken as above.
+/// - The metrics' `lock` label of every key is the templates joined with `", "`
+///   (`"account:<from>, account:<to>"`).
 ///
 /// The attribute works on free functions, methods (`&self`, `&mut self`,
 /// `self: Arc<Self>`), generic functions, `impl Trait` parameters and `async fn` in
@@ -203,7 +249,7 @@ use proc_macro::TokenStream;
 /// # Compile-time checks
 ///
 /// Errors point at the offending token: a missing `key`, unknown or duplicate
-/// arguments, a placeholder that names no parameter (the message lists the parameters),
+/// arguments, the mistakes of `keys` listed under [Several keys](#several-keys), a placeholder that names no parameter (the message lists the parameters),
 /// `<>`, an unclosed `<`, invalid or zero durations, `hold_at_least` longer than
 /// `lease`, an `on_lost` other than `"abort"`/`"continue"`, a `mode` other than
 /// `"read"`/`"write"`, a `permits` that is not an integer literal from 1 to 1_000_000,

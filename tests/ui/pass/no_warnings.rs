@@ -22,6 +22,10 @@ async fn pay(id: u64) -> Result<u64, LockError> { save(id).await }
 #[distributed_lock(key = "report:<day>", wait = "1s", on_busy = "skip")]
 async fn report(day: u32) -> Result<Option<u32>, LockError> { Ok(Some(day)) }
 
+/// Several keys locked as one (issue 35), one-line body.
+#[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "3s", lease = "10s")]
+async fn transfer(from: u64, to: u64) -> Result<u64, LockError> { save(from + to).await }
+
 /// A cluster hash tag, a fixed lease, `hold_at_least`, `on_lost = "continue"`.
 #[distributed_lock(key = "{order:<id>}:audit", lease = "10s", hold_at_least = "1s", on_lost = "continue")]
 async fn audit(id: u64) -> Result<(), LockError> { save(id).await.map(drop) }
@@ -58,6 +62,15 @@ impl Service {
     #[distributed_lock(key = "slot:<id>", client = self.shared, permits = 2, wait = "1s")]
     async fn slot(&self, id: u64) -> Result<u64, LockError> { save(id).await }
 
+    /// `keys` with a client, `on_busy = "skip"`, `hold_at_least`, `on_lost = "continue"`.
+    #[distributed_lock(keys = ["account:<from>", "account:<to>"], client = &self.locks, on_busy = "skip",
+                       lease = "10s", hold_at_least = "1s", on_lost = "continue")]
+    async fn try_transfer(&self, from: u64, to: u64) -> Result<Option<u64>, LockError> { save(from + to).await.map(Some) }
+
+    /// `keys` through an `Arc`, a unit body.
+    #[distributed_lock(keys = ["ledger:<day>", "report:<day>"], client = self.shared)]
+    async fn close_day(&self, day: u32) -> Result<(), LockError> { Ok(()) }
+
     /// A unit body on one line.
     #[distributed_lock(key = "nightly", client = self.locks)]
     async fn nightly(&self) -> Result<(), LockError> { Ok(()) }
@@ -72,6 +85,7 @@ fn main() {
             locks,
         };
         pay(1).await?;
+        transfer(1, 2).await?;
         report(1).await?;
         audit(1).await?;
         service.deposit(1).await?;
@@ -81,6 +95,8 @@ fn main() {
         service.call_partner("acme").await?;
         service.slot(1).await?;
         service.nightly().await?;
+        service.try_transfer(1, 2).await?;
+        service.close_day(1).await?;
         Ok::<(), LockError>(())
     };
 }

@@ -785,3 +785,57 @@ async fn vouch_lets_a_new_deployment_vote_at_once_and_refuses_a_used_master_in_o
     let message = assert_one_line_error(&one);
     assert!(message.contains("RedLock masters"), "{message}");
 }
+
+/// Several keys locked as one (`lock_all`, issue 35) are each an ordinary lock: `list`
+/// shows every key held by the multi-lock's client with that key's own token, and
+/// `unlock --force` of one key makes the multi-lock's guard lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_of_a_multi_lock_is_listed_and_unlocking_one_loses_the_guard() {
+    let server = RedisServer::start();
+    // Built first by `billing`; the multi-lock's client renews often, so that a key
+    // force-unlocked is noticed within a second.
+    billing(&server).await;
+    let client = LockClient::builder(&server.url())
+        .name(HOLDER)
+        .watchdog_lease(Duration::from_millis(900))
+        .connect()
+        .await
+        .expect("connect");
+    let guard = client
+        .lock_all(["account:2", "account:1"])
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let listed = run_on(&server, &["list"]).await;
+    assert_eq!(listed.code, Some(0), "{listed:?}");
+    assert_header(&listed.stdout);
+    let rows = rows(&listed.stdout);
+    assert_eq!(rows.len(), 2, "{}", listed.stdout);
+    for (row, key) in rows.iter().zip(["account:1", "account:2"]) {
+        assert_eq!(row[0], key, "{}", listed.stdout);
+        assert_eq!(row[1], HOLDER, "{}", listed.stdout);
+        let token = guard.fencing_token(key).unwrap().to_string();
+        assert!(
+            row.contains(&token.as_str()),
+            "{key}'s token {token}:\n{}",
+            listed.stdout
+        );
+    }
+    let unlocked = run_on(&server, &["unlock", "account:2", "--force"]).await;
+    assert_eq!(unlocked.code, Some(0), "{unlocked:?}");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the guard never noticed one of its keys was force-unlocked");
+    assert!(guard.is_lost());
+    let error = guard
+        .release()
+        .await
+        .expect_err("a lost multi-lock released");
+    assert!(error.is_lost(), "{error}");
+    assert_eq!(
+        server.cli(&["EXISTS", "account:1"]),
+        "0",
+        "the other key stayed"
+    );
+}

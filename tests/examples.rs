@@ -346,6 +346,21 @@ fn balances_in_database(db: &std::path::Path) -> std::collections::BTreeMap<u64,
         .collect()
 }
 
+/// The accounts of the transfers as (id, balance in cents, fence), by id.
+fn accounts_in_database(db: &std::path::Path) -> Vec<(u64, i64, i64)> {
+    let connection = rusqlite::Connection::open(db).expect("open the orders database");
+    let mut query = connection
+        .prepare("SELECT id, balance, fence FROM accounts ORDER BY id")
+        .unwrap();
+    query
+        .query_map([], |row| {
+            Ok((row.get::<_, i64>(0)? as u64, row.get(1)?, row.get(2)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 #[test]
 fn orders_are_charged_exactly_once_across_instance_processes() {
     let dir = tempfile::tempdir().unwrap();
@@ -354,11 +369,13 @@ fn orders_are_charged_exactly_once_across_instance_processes() {
         "orders",
         &[
             "--scene",
-            "payments",
+            "payments,transfers",
             "--orders",
             "3",
             "--attempts",
             "6",
+            "--transfers",
+            "36",
             "--db",
             db.to_str().unwrap(),
         ],
@@ -377,6 +394,35 @@ fn orders_are_charged_exactly_once_across_instance_processes() {
     assert!(
         run.stdout
             .contains("every order charged exactly once (counted in the database)")
+    );
+    // The transfers, crossing between the 4 accounts: all done, none waited out its
+    // wait, none refused by the fence; no money made or lost.
+    assert!(
+        run.stdout
+            .contains("transfers: 36 done, 0 timed out, 0 refused by the database, 0 failed"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "sum of the balances: 4000.00 before, 4000.00 after: unchanged ✓; none negative"
+        ),
+        "{}",
+        run.stdout
+    );
+    let accounts = accounts_in_database(&db);
+    assert_eq!(accounts.len(), 4, "{accounts:?}");
+    assert_eq!(
+        accounts.iter().map(|(_, balance, _)| balance).sum::<i64>(),
+        4 * 100_000,
+        "{accounts:?}"
+    );
+    // Every account was written, each with a fencing token of its own lock.
+    assert!(
+        accounts
+            .iter()
+            .all(|&(_, balance, fence)| balance >= 0 && fence > 0),
+        "{accounts:?}"
     );
     // Graceful shutdown: the payment under way when SIGTERM came was finished, once,
     // and its lock released; every instance exited 0.
@@ -418,6 +464,15 @@ fn orders_without_the_lock_double_charge() {
     assert!(
         (1..=3).any(|id| charges[&id].len() > 1),
         "no double charge in the database: {charges:?}"
+    );
+    // The transfers' lost updates: money created or lost.
+    let accounts = accounts_in_database(&db);
+    let sum: i64 = accounts.iter().map(|(_, balance, _)| balance).sum();
+    assert_ne!(sum, 4 * 100_000, "the sum did not change: {accounts:?}");
+    assert!(
+        run.stdout.contains(" created ✗") || run.stdout.contains(" lost ✗"),
+        "{}",
+        run.stdout
     );
 }
 

@@ -1,6 +1,7 @@
 //! The driver (the example's default run): starts the instances as processes of
 //! their own, fires duplicate payments at them over HTTP, and checks in the database
-//! that every order was charged exactly once; then the pause scene and a graceful
+//! that every order was charged exactly once; then concurrent transfers in crossing
+//! orders, checked against the balances; then the pause scene and a graceful
 //! shutdown.
 
 use std::collections::BTreeMap;
@@ -11,23 +12,46 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use redlock_runtime::LockClient;
+use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::db::{self, OPENING_BALANCE};
+use crate::db::{self, OPENING_ACCOUNT, OPENING_BALANCE};
 use crate::http;
 
 /// The order of the pause scene.
 const PAUSED_ORDER: u64 = 99;
 /// The order being paid while the instances are told to stop.
 const LAST_ORDER: u64 = 100;
+/// How far apart the driver sends the transfers.
+const STAGGER: Duration = Duration::from_millis(2);
+/// The accounts of the transfers: 1 to 4, each opened with `OPENING_ACCOUNT`.
+const ACCOUNTS: u64 = 4;
+/// Every ordered pair of two accounts, a pair's two directions side by side: the
+/// transfers go round this list, so that `1 → 2` and `2 → 1` are sent at once.
+const CROSSING: [(u64, u64); 12] = [
+    (1, 2),
+    (2, 1),
+    (3, 4),
+    (4, 3),
+    (1, 3),
+    (3, 1),
+    (2, 4),
+    (4, 2),
+    (1, 4),
+    (4, 1),
+    (2, 3),
+    (3, 2),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scene {
-    /// Concurrent duplicate payments, then the pause.
+    /// Concurrent duplicate payments, concurrent transfers, then the pause.
     All,
-    /// Concurrent duplicate payments only.
+    /// Concurrent duplicate payments.
     Payments,
-    /// The pause only.
+    /// Concurrent transfers between accounts, in crossing orders.
+    Transfers,
+    /// The pause.
     Pause,
 }
 
@@ -42,12 +66,15 @@ pub struct Args {
     /// Concurrent payment requests per order, spread over the instances.
     #[arg(long, default_value_t = 8)]
     attempts: u32,
+    /// Concurrent transfers between the 4 accounts, spread over the instances.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=120))]
+    transfers: u64,
     /// Run the instances with the same code but without `#[distributed_lock]`.
     #[arg(long)]
     without_lock: bool,
-    /// What to run.
-    #[arg(long, value_enum, default_value_t = Scene::All)]
-    scene: Scene,
+    /// What to run (several: `--scene payments,transfers`); the shutdown always ends it.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    scene: Vec<Scene>,
     /// The database file to create (default: in a temporary directory, removed at
     /// the end); kept, for a look with `sqlite3` afterwards.
     #[arg(long)]
@@ -146,9 +173,15 @@ impl Drop for Instance {
 /// `POST /orders/{id}/pay` to the instance at `addr`; a request that got no answer
 /// is status 0 with the error as its body.
 async fn pay(addr: SocketAddr, id: u64, headers: &[(&str, String)]) -> (u16, serde_json::Value) {
-    http::post(addr, &format!("/orders/{id}/pay"), headers)
+    http::post(addr, &format!("/orders/{id}/pay"), headers, None)
         .await
         .unwrap_or_else(|error| (0, serde_json::Value::String(error)))
+}
+
+impl Args {
+    fn runs(&self, scene: Scene) -> bool {
+        self.scene.contains(&scene) || self.scene.contains(&Scene::All)
+    }
 }
 
 /// The first line containing `needle`, or `None` after `limit`.
@@ -189,7 +222,7 @@ pub async fn run(args: Args) -> ExitCode {
         .map(|id| (id, 2_000 + 500 * id as i64))
         .collect();
     orders.extend([(PAUSED_ORDER, 2_500), (LAST_ORDER, 1_500)]);
-    if let Err(error) = db::create(&db, &orders) {
+    if let Err(error) = db::create(&db, &orders, ACCOUNTS) {
         eprintln!("orders: create {}: {error}", db.display());
         return ExitCode::FAILURE;
     }
@@ -228,13 +261,16 @@ pub async fn run(args: Args) -> ExitCode {
         }
     };
     let mut ok = true;
-    if args.scene != Scene::Pause {
+    if args.runs(Scene::Payments) {
         ok &= payments(&args, &instances, &db).await;
     }
+    if args.runs(Scene::Transfers) {
+        ok &= transfers(&args, &instances, &db).await;
+    }
     if args.without_lock {
-        // The double charges are the point of this run.
+        // The double charges and the money created or lost are the point of this run.
         ok = true;
-    } else if args.scene != Scene::Payments {
+    } else if args.runs(Scene::Pause) {
         ok &= pause(&mut instances, &db, &locks).await;
     }
     ok &= shutdown(instances, &locks, args.without_lock).await;
@@ -373,6 +409,179 @@ async fn payments(args: &Args, instances: &[Instance], db: &Path) -> bool {
             "{double_charges} double charges, {} charged too much (counted in the database): \
              what #[distributed_lock] prevents (run without --without-lock)",
             money(overcharged)
+        );
+        false
+    }
+}
+
+/// `transfers` transfers at once between the accounts, every pair in both directions
+/// at the same time, over every instance; then the balances, from the database: each
+/// what the transfers make it, their sum what it was.
+async fn transfers(args: &Args, instances: &[Instance], db: &Path) -> bool {
+    let how = if args.without_lock {
+        "WITHOUT #[distributed_lock]"
+    } else {
+        "under #[distributed_lock(keys = [\"account:<from>\", \"account:<to>\"])]"
+    };
+    println!();
+    println!(
+        "{} concurrent POST /transfers over {} instances between {ACCOUNTS} accounts of {} \
+         each, in crossing orders (1 → 2 and 2 → 1 at once, every pair), transfer {how}",
+        args.transfers,
+        instances.len(),
+        money(OPENING_ACCOUNT)
+    );
+    let started = Instant::now();
+    let mut requests = Vec::new();
+    for i in 0..args.transfers as usize {
+        let (from, to) = CROSSING[i % CROSSING.len()];
+        // From 10.00 to 29.99, seldom twice the same (lost updates rarely cancel out);
+        // no account can be overdrawn: it pays at most 30 of them.
+        let amount = 1_000 + (379 * i % 2_000) as i64;
+        // Round after round, a pair's direction goes to another instance.
+        let addr = instances[(i + i / CROSSING.len()) % instances.len()].addr;
+        let body = json!({"from": from, "to": to, "amount": amount});
+        // Sent a few milliseconds apart, as requests arrive: a pair's two directions
+        // still meet, and the transfers overlap, but they do not all read at once.
+        let sent = started + STAGGER * i as u32;
+        requests.push(tokio::spawn(async move {
+            tokio::time::sleep_until(sent.into()).await;
+            let answer = http::post(addr, "/transfers", &[], Some(&body))
+                .await
+                .unwrap_or_else(|error| (0, serde_json::Value::String(error)));
+            ((from, to, amount), answer)
+        }));
+    }
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.expect("a transfer's task"));
+    }
+    let took = started.elapsed();
+
+    // What each account should hold after the transfers that were answered "done".
+    let mut expected: BTreeMap<u64, i64> = (1..=ACCOUNTS).map(|id| (id, OPENING_ACCOUNT)).collect();
+    let mut by_result: BTreeMap<String, u32> = BTreeMap::new();
+    let (mut done, mut timed_out, mut refused, mut failed) = (0, 0, 0, 0);
+    for ((from, to, amount), (status, body)) in &answers {
+        let result = body["result"].as_str().unwrap_or("?").to_owned();
+        *by_result.entry(format!("{status} {result}")).or_default() += 1;
+        match status {
+            200 => {
+                done += 1;
+                *expected.entry(*from).or_default() -= amount;
+                *expected.entry(*to).or_default() += amount;
+                continue;
+            }
+            503 if result == "timed out" => timed_out += 1,
+            409 => refused += 1,
+            _ => failed += 1,
+        }
+        println!(
+            "  transfer {from} → {to} ({}): HTTP {status} {body}",
+            money(*amount)
+        );
+    }
+    let summary: Vec<String> = by_result
+        .iter()
+        .map(|(what, n)| format!("{n} × {what}"))
+        .collect();
+    println!("  answers: {}", summary.join(", "));
+
+    let accounts = match db::accounts(db) {
+        Ok(accounts) => accounts,
+        Err(error) => {
+            println!("  read the database: {error}");
+            return false;
+        }
+    };
+    let mut off = 0;
+    for &(id, balance, fence) in &accounts {
+        let should = expected.get(&id).copied().unwrap_or(OPENING_ACCOUNT);
+        let verdict = if balance == should {
+            "✓".to_owned()
+        } else {
+            off += 1;
+            format!("✗ its transfers make it {}", money(should))
+        };
+        let fence = if args.without_lock {
+            String::new()
+        } else {
+            format!(" (fence {fence})")
+        };
+        println!(
+            "  account {id}: {} → {} {verdict}{fence}",
+            money(OPENING_ACCOUNT),
+            money(balance)
+        );
+    }
+    let before = OPENING_ACCOUNT * ACCOUNTS as i64;
+    let after: i64 = accounts.iter().map(|&(_, balance, _)| balance).sum();
+    let negative = accounts
+        .iter()
+        .filter(|&&(_, balance, _)| balance < 0)
+        .count();
+    println!(
+        "  transfers: {done} done, {timed_out} timed out, {refused} refused by the database, \
+         {failed} failed; all answered within {:.1} s{}",
+        took.as_secs_f64(),
+        if args.without_lock {
+            ""
+        } else {
+            " (each waits at most 5 s for its locks)"
+        }
+    );
+    let sum = if after == before {
+        "unchanged ✓".to_owned()
+    } else if after > before {
+        format!("{} created ✗", money(after - before))
+    } else {
+        format!("{} lost ✗", money(before - after))
+    };
+    println!(
+        "  sum of the balances: {} before, {} after: {sum}; {}",
+        money(before),
+        money(after),
+        if negative == 0 {
+            "none negative".to_owned()
+        } else {
+            format!("{negative} negative ✗")
+        }
+    );
+    let mut wrong = Vec::new();
+    if done != answers.len() {
+        wrong.push(format!(
+            "{} of {} transfers not done",
+            answers.len() - done,
+            answers.len()
+        ));
+    }
+    if off > 0 {
+        wrong.push(format!(
+            "{off} of {ACCOUNTS} balances not what their transfers make them"
+        ));
+    }
+    if after != before {
+        wrong.push(format!("the sum of the balances: {sum}"));
+    }
+    if negative > 0 {
+        wrong.push(format!("{negative} balances negative"));
+    }
+    if wrong.is_empty() {
+        println!(
+            "every transfer done, every balance what its transfers make it, the sum unchanged \
+             (counted in the database)"
+        );
+        true
+    } else {
+        println!(
+            "{} (counted in the database){}",
+            wrong.join(", "),
+            if args.without_lock {
+                ": lost updates, what #[distributed_lock(keys = [...])] prevents (run without \
+                 --without-lock)"
+            } else {
+                ""
+            }
         );
         false
     }

@@ -3,16 +3,18 @@
 
 use std::net::SocketAddr;
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-/// Sends `POST path` to `addr` with `headers`; returns the status and the JSON body.
+/// Sends `POST path` to `addr` with `headers` and, if given, a JSON body; returns the
+/// status and the JSON body of the answer.
 pub async fn post(
     addr: SocketAddr,
     path: &str,
     headers: &[(&str, String)],
+    json: Option<&serde_json::Value>,
 ) -> Result<(u16, serde_json::Value), String> {
     let stream = TcpStream::connect(addr)
         .await
@@ -25,8 +27,15 @@ pub async fn post(
     for (name, value) in headers {
         request = request.header(*name, value);
     }
+    let body = match json {
+        Some(json) => {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+            Bytes::from(json.to_string())
+        }
+        None => Bytes::new(),
+    };
     let request = request
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(body))
         .map_err(|error| error.to_string())?;
     let response = sender
         .send_request(request)

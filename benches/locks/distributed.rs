@@ -382,9 +382,7 @@ pub async fn read_until(running: &mut Running, until: &str) -> Vec<String> {
     };
     tokio::time::timeout(CHILD_LIMIT, reading)
         .await
-        .unwrap_or_else(|_| {
-            panic!("a child process sent no {until:?} in {CHILD_LIMIT:?}")
-        });
+        .unwrap_or_else(|_| panic!("a child process sent no {until:?} in {CHILD_LIMIT:?}"));
     lines
 }
 

@@ -448,7 +448,11 @@ impl Run {
     }
 
     fn mean_hold_us(&self) -> f64 {
-        let held: u64 = self.transfers.iter().map(|t| t.releasing - t.acquired).sum();
+        let held: u64 = self
+            .transfers
+            .iter()
+            .map(|t| t.releasing - t.acquired)
+            .sum();
         held as f64 / self.count() / 1e3
     }
 
@@ -540,10 +544,7 @@ async fn run_once(
     for account in 0..ACCOUNTS {
         opening.arg(ledger_key(account)).arg(OPENING);
     }
-    let () = opening
-        .query_async(ledger)
-        .await
-        .expect("open the ledger");
+    let () = opening.query_async(ledger).await.expect("open the ledger");
     let exe = std::env::current_exe().expect("the benchmark binary");
     let mut children = Vec::with_capacity(processes);
     for index in 0..processes {
@@ -620,9 +621,8 @@ async fn run_once(
     let after = counters(&mut bench.ping).await;
     // The INFOs of both readings are the benchmark's: counted by name and left out.
     let info_calls = |c: &Counters| c.commands.get("info").map_or(0.0, |v| v.0);
-    run.commands = after.total_commands
-        - before.total_commands
-        - (info_calls(&after) - info_calls(&before));
+    run.commands =
+        after.total_commands - before.total_commands - (info_calls(&after) - info_calls(&before));
     run.redis_cpu = after.cpu - before.cpu;
     for (name, &(calls, usec)) in &after.commands {
         if name == "info" {
@@ -857,7 +857,11 @@ pub async fn run(bench: &mut Bench, transfers: Option<usize>) {
                 number(run.elapsed.as_secs_f64() * 1e3),
                 number(run.redis_cpu * 1e3),
                 run.commands,
-                if *mode == "transfer" { "transfer" } else { "acquisition" },
+                if *mode == "transfer" {
+                    "transfer"
+                } else {
+                    "acquisition"
+                },
                 run.split()
             ));
         }

@@ -2411,7 +2411,12 @@ fn announcing_a_shortened_lease_keeps_waiters_awake() {
 /// caller of two keys that holds the first and waits for the second is not overtaken
 /// again, and gets it. Examples (sometimes): every call of two keys gets both keys; a
 /// caller waits in a line while holding a key; a caller gives up holding a key; a caller
-/// overtaken once.
+/// overtaken once; a caller takes every key in one step.
+///
+/// The one step (`ACQUIRE_ALL`, on one server or one Cluster slot) is a caller's other
+/// first move: all its keys at once when every one is free, else nothing (it then goes
+/// key by key). A free key has no line here as in Redis (a release with waiters grants),
+/// so the properties hold with it.
 ///
 /// Broken variants, each caught: keys taken in the caller's own order (the crossing
 /// callers each hold one key and wait for the other: "no deadlock" fails, and without
@@ -2492,11 +2497,17 @@ mod several_keys {
         callers: Vec<Caller>,
         /// A caller gave up while holding a key (an example).
         gave_up_holding: bool,
+        /// A caller took every key in one step (an example).
+        one_step: bool,
     }
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     enum Action {
         Attempt(u8),
+        /// `ACQUIRE_ALL`: every key of the caller at once if all are free, before its
+        /// first attempt; when some is not, nothing happens (the caller attempts key
+        /// by key, as if it had not been tried).
+        AttemptAll(u8),
         Confirm(u8),
         Release(u8, u8),
         GiveUp(u8),
@@ -2630,6 +2641,7 @@ mod several_keys {
                 keys: [key.clone(), key],
                 callers: vec![caller; self.callers.len()],
                 gave_up_holding: false,
+                one_step: false,
             }]
         }
 
@@ -2637,7 +2649,12 @@ mod several_keys {
             for (c, caller) in s.callers.iter().enumerate() {
                 let c = c as u8;
                 match caller.phase {
-                    Phase::Attempt { .. } => actions.push(Action::Attempt(c)),
+                    Phase::Attempt { next } => {
+                        actions.push(Action::Attempt(c));
+                        if next == 0 && self.order(c).len() > 1 {
+                            actions.push(Action::AttemptAll(c));
+                        }
+                    }
                     Phase::Waiting { next } => {
                         let key = &s.keys[self.order(c)[next as usize] as usize];
                         if key.holder == Some(c) {
@@ -2678,6 +2695,18 @@ mod several_keys {
                         caller.passed.get_or_insert(0);
                         caller.phase = Phase::Waiting { next };
                     }
+                }
+                Action::AttemptAll(c) => {
+                    let order = self.order(c);
+                    if order.iter().any(|&k| s.keys[k as usize].holder.is_some()) {
+                        return None;
+                    }
+                    for (next, &k) in order.iter().enumerate() {
+                        s.keys[k as usize].holder = Some(c);
+                        self.acquired(&mut s, c, k);
+                        self.took(&mut s, c, next as u8, k);
+                    }
+                    s.one_step = true;
                 }
                 Action::Confirm(c) => {
                     let Phase::Waiting { next } = s.callers[c as usize].phase else {
@@ -2763,6 +2792,7 @@ mod several_keys {
                         matches!(caller.phase, Phase::Waiting { .. }) && caller.held != 0
                     })
                 }),
+                Property::sometimes("takes every key in one step", |_, s: &State| s.one_step),
                 Property::sometimes("gives up holding a key", |m: &LockAll, s: &State| {
                     s.gave_up_holding || !m.give_ups
                 }),

@@ -261,6 +261,167 @@ async fn keys_on_different_cluster_nodes_lock_together() {
     excludes_a_rival(&client, &rival, ["{t}a", "{t}b"]).await;
 }
 
+/// How many scripts the servers at `urls` have run so far (`EVALSHA` and `EVAL`).
+fn scripts_run(urls: &[String]) -> u64 {
+    urls.iter()
+        .map(|url| {
+            let mut connection = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut connection)
+                .unwrap();
+            info.lines()
+                .filter(|line| {
+                    line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:")
+                })
+                .filter_map(|line| {
+                    let calls = line.split("calls=").nth(1)?.split(',').next()?;
+                    calls.parse::<u64>().ok()
+                })
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// Takes `keys` with `client` (nothing else running on the servers at `urls`) and
+/// returns the guard and how many scripts the acquisition ran.
+async fn scripts_for(
+    client: &LockClient,
+    urls: &[String],
+    keys: &[&str],
+) -> (redlock_runtime::MultiLockGuard, u64) {
+    let before = scripts_run(urls);
+    let guard = client
+        .lock_all(keys.iter().copied())
+        .wait(Duration::from_secs(3))
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    (guard, scripts_run(urls) - before)
+}
+
+#[tokio::test]
+async fn free_keys_on_one_server_are_taken_in_one_script() {
+    let server = RedisServer::start();
+    let urls = [server.url()];
+    let client = named(&server.url(), "one-step").await;
+    let rival = named(&server.url(), "rival").await;
+    let (all, scripts) = scripts_for(&client, &urls, &["c", "a", "b"]).await;
+    assert_eq!(scripts, 1, "three free keys took {scripts} scripts");
+    // Each key its own token, from the server's counter, in key order, each shown
+    // with its holder as a single key's lock is.
+    let tokens: Vec<u64> = ["a", "b", "c"]
+        .iter()
+        .map(|key| all.fencing_token(key).unwrap())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "{tokens:?}"
+    );
+    for (key, token) in ["a", "b", "c"].iter().zip(&tokens) {
+        let info = client.inspect(key).await.unwrap().expect("held");
+        assert_eq!((info.holder(), info.fencing_token()), ("one-step", *token));
+    }
+    assert!(all.lease_remaining() > Duration::from_secs(9));
+    // Held: a rival's single key and its own several keys are refused.
+    assert!(rival.lock("b").acquire().await.unwrap_err().is_busy());
+    let error = rival.lock_all(["x", "c"]).acquire().await.unwrap_err();
+    assert!(error.is_busy(), "{error:?}");
+    // The refused step wrote nothing: `x` is free, not left behind.
+    assert!(!exists(&server, "x").await, "x was left held");
+    all.release().await.unwrap();
+    for key in ["a", "b", "c"] {
+        assert!(!exists(&server, key).await, "{key} still held");
+    }
+    // A single key's lock afterwards gets a token above all three.
+    let next = client.lock("a").acquire().await.unwrap();
+    assert!(next.fencing_token() > tokens[2]);
+    next.release().await.unwrap();
+
+    // One key busy: no step writes anything, and the keys go through their lines.
+    let held = rival
+        .lock("b")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock_all(["a", "b"])
+                .wait(Duration::from_secs(5))
+                .lease(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let held_token = held.fencing_token();
+    held.release().await.unwrap();
+    let both = waiting.await.unwrap().unwrap();
+    assert!(both.fencing_token("b").unwrap() > held_token);
+    both.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_key_held_by_a_task_of_the_same_client_sends_the_keys_through_their_lines() {
+    let server = RedisServer::start();
+    let client = named(&server.url(), "same-client").await;
+    let held = client
+        .lock("b")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock_all(["b", "a"])
+                .wait(Duration::from_secs(5))
+                .lease(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In order: `a` taken, `b` awaited behind the task that holds it.
+    assert!(!waiting.is_finished());
+    assert!(exists(&server, "a").await);
+    held.release().await.unwrap();
+    let both = waiting.await.unwrap().unwrap();
+    assert_eq!(both.keys(), ["a", "b"]);
+    assert!(!both.is_lost());
+    both.release().await.unwrap();
+    assert!(!exists(&server, "a").await && !exists(&server, "b").await);
+}
+
+#[tokio::test]
+async fn cluster_keys_of_one_slot_are_taken_in_one_script_and_others_key_by_key() {
+    let cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let client = LockClient::cluster(cluster.urls()).await.expect("connect");
+    let (tagged, scripts) = scripts_for(&client, &urls, &["{acct}:2", "{acct}:1"]).await;
+    assert_eq!(scripts, 1, "two keys of one slot took {scripts} scripts");
+    assert_eq!(tagged.keys(), ["{acct}:1", "{acct}:2"]);
+    tagged.release().await.unwrap();
+    // Two slots: a script per key, on the node of each, and no CROSSSLOT.
+    let first = "acct:1";
+    let second = (2..100)
+        .map(|i| format!("acct:{i}"))
+        .find(|key| cluster.slot_of(key) != cluster.slot_of(first))
+        .unwrap();
+    let (spread, scripts) = scripts_for(&client, &urls, &[first, &second]).await;
+    assert_eq!(scripts, 2, "keys of two slots took {scripts} scripts");
+    spread.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_locks_several_keys_and_excludes_another_client() {
     let setup = SentinelSetup::start();

@@ -123,6 +123,18 @@ impl Connection {
         }
     }
 
+    /// Whether one script may touch every one of `keys` here: always on one server, on
+    /// a cluster only when they all hash to one slot (`{tag}` keys).
+    pub(crate) fn in_one_slot(&self, keys: &[String]) -> bool {
+        match keys.split_first() {
+            Some((first, rest)) if self.is_cluster() => {
+                let slot = slot_of(first.as_bytes());
+                rest.iter().all(|key| slot_of(key.as_bytes()) == slot)
+            }
+            _ => true,
+        }
+    }
+
     /// The fencing counter a lock on `key` uses.
     ///
     /// On one server: one counter for every lock. On a cluster the counter must share

@@ -128,6 +128,24 @@ impl Masters {
         self.nodes.len() == 1
     }
 
+    /// The server on which one script may take all of `keys` (`lock_all`'s one step):
+    /// one server, Sentinel's primary, or a cluster with every key in one slot, without
+    /// replica confirmation (whose `WAIT` follows each key's own script). `None` with
+    /// RedLock, or keys in several slots.
+    pub(crate) fn one_step_node(&self, keys: &[String]) -> Option<&Node> {
+        match self.nodes.as_slice() {
+            [node] if self.confirm_replicas.is_none() && node.in_one_slot(keys) => {
+                Some(node.as_ref())
+            }
+            _ => None,
+        }
+    }
+
+    /// The client's name, written into each lock it takes.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Whether a release may pass the lock to a waiter of the same client inside its
     /// acquire script: on one server (or cluster, or Sentinel primary) without replica
     /// confirmation, where that script is the whole acquisition.

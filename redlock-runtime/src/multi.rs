@@ -21,6 +21,13 @@
 //!   dropped acquisition drops the guards it holds, and a dropped [`LockGuard`]
 //!   releases at once in the background. Only one `wait` deadline exists: each key is
 //!   asked with the time left of it.
+//! - **One step when all are free.** Where one script may touch every key — one
+//!   server, Sentinel's primary, or Cluster keys in one slot (`{tag}`) — and no task
+//!   of this client holds or awaits any of them, the first try takes them all in one
+//!   script ([`ACQUIRE_ALL`](crate::scripts::ACQUIRE_ALL)), or none if any is not free:
+//!   then the keys are taken one by one, in line, as above. A free key has no line
+//!   (a release with waiters leaves the key reserved or granted), so the step
+//!   overtakes nobody; it only saves a round trip and a script per key.
 //! - **A fixed lease** runs from each key's own acquisition: the first keys' leases
 //!   run while later ones are awaited. Once every key is held, the keys whose lease
 //!   has aged by more than a tenth are extended to the full lease
@@ -34,13 +41,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::LockRequest;
+use crate::acquire::{Exclusive, Kind, LockRequest};
+use crate::cleanup::SpawnOnDrop;
 use crate::core::Core;
 use crate::error::LockError;
-use crate::guard::LockGuard;
-use crate::limits::{check_max_lease, validate};
-use crate::metrics::Label;
+use crate::guard::{Acquired, LockGuard};
+use crate::limits::{check_max_lease, lease_millis, validate};
+use crate::metrics::{self, Label};
 use crate::state::LockState;
+use crate::turn::LocalTurn;
 
 /// The key named in the error of a `lock_all` given no keys at all.
 pub(crate) const NO_KEYS: &str = "(no keys)";
@@ -150,12 +159,18 @@ impl MultiLockRequest {
         if let Some(hold) = self.hold_at_least {
             check_max_lease(self.client.masters(), &self.keys[0], "hold_at_least", hold)?;
         }
+        if let Some(lease) = self.lease {
+            check_max_lease(self.client.masters(), &self.keys[0], "lease", lease)?;
+        }
         let response_timeout = self.client.config().response_timeout;
         let deadline = started + self.wait;
         // The bound of the whole call, as a single key's.
         let bound = deadline + response_timeout;
         let mut guards: Vec<LockGuard> = Vec::with_capacity(self.keys.len());
-        for key in &self.keys {
+        if let Some(taken) = self.take_at_once(started).await {
+            guards = taken?;
+        }
+        for key in self.keys.iter().skip(guards.len()) {
             let left = deadline.saturating_duration_since(Instant::now());
             let mut request = LockRequest::new(self.client.clone(), key.clone())
                 .wait(left)
@@ -202,6 +217,87 @@ impl MultiLockRequest {
             }
         }
         Ok(MultiLockGuard { guards })
+    }
+}
+
+impl MultiLockRequest {
+    /// The one step (see the module's notes): every key in one script when they are
+    /// all free and may be, else `None` with nothing taken (or being given back in the
+    /// background, when Redis's answer was lost). `Some(Err)` only when the client was
+    /// shut down meanwhile.
+    async fn take_at_once(&self, started: Instant) -> Option<Result<Vec<LockGuard>, LockError>> {
+        let core = &self.client;
+        if self.keys.len() < 2 || core.check_open(&self.keys[0]).is_err() {
+            return None;
+        }
+        let node = core.masters().one_step_node(&self.keys)?;
+        // Every turn free at once, or the keys go through their lines.
+        let turns: Vec<LocalTurn> = self
+            .keys
+            .iter()
+            .map(|key| core.turns().take_free(key))
+            .collect::<Option<_>>()?;
+        let lease = self.lease.unwrap_or(core.config().watchdog_lease);
+        let lease_ms = lease_millis(&self.keys[0], lease).ok()?;
+        let owners: Vec<String> = self.keys.iter().map(|_| core.fresh_token()).collect();
+        let sent_at = Instant::now();
+        // Armed until the answer is known: dropped mid-way, or with the answer lost,
+        // whatever the script took is released in the background.
+        let undo = SpawnOnDrop::new(|| {
+            let undos: Vec<_> = self
+                .keys
+                .iter()
+                .zip(&owners)
+                .map(|(key, owner)| Exclusive::undo(core.clone(), key.clone(), owner.clone()))
+                .collect();
+            async move {
+                futures_util::future::join_all(undos).await;
+            }
+        });
+        let answer = tokio::time::timeout(
+            core.config().response_timeout,
+            node.acquire_all(&self.keys, &owners, lease_ms, core.masters().name()),
+        )
+        .await;
+        let tokens = match answer {
+            Ok(Ok(tokens)) => {
+                undo.disarm();
+                tokens?
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(keys = ?self.keys, %error, "redlock: lock_all's one step failed; taking the keys one by one");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let valid_for = core.masters().validity(lease);
+        let mut guards = Vec::with_capacity(self.keys.len());
+        let held = self.keys.iter().zip(owners).zip(tokens).zip(turns);
+        for (((key, owner), fencing_token), turn) in held {
+            let guard = LockGuard::new(Acquired {
+                client: core.clone(),
+                key: key.clone(),
+                owner,
+                fencing_token,
+                sent_at,
+                valid_for,
+                watchdog: self.lease.is_none(),
+                hold_at_least: None,
+                turn: Some(turn),
+                label: self.label.clone(),
+            });
+            match guard {
+                Ok(guard) => guards.push(guard),
+                // Shut down meanwhile: this one is released in the background, and so
+                // are the others, dropped.
+                Err(error) => return Some(Err(error)),
+            }
+        }
+        for _ in &guards {
+            metrics::acquire_finished(&self.label, metrics::Outcome::Acquired, started.elapsed());
+        }
+        tracing::debug!(keys = ?self.keys, "redlock: lock_all took every key in one step");
+        Some(Ok(guards))
     }
 }
 

@@ -372,6 +372,55 @@ impl Node {
         parse_acquire_reply(script.invoke_async(connection).await?)
     }
 
+    /// Whether one script may touch every one of `keys` on this node.
+    pub(crate) fn in_one_slot(&self, keys: &[String]) -> bool {
+        self.connection.in_one_slot(keys)
+    }
+
+    /// One run of `scripts::ACQUIRE_ALL`: every one of `keys` (free, in one slot) taken
+    /// for the matching owner of `owners`, and their tokens in order; `None` when any
+    /// was not free, and nothing was taken.
+    pub(crate) async fn acquire_all(
+        &self,
+        keys: &[String],
+        owners: &[String],
+        lease_ms: u64,
+        name: &str,
+    ) -> RedisResult<Option<Vec<u64>>> {
+        let Some(first) = keys.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        let mut script = scripts::ACQUIRE_ALL.key(self.connection.fence_key(first).as_ref());
+        for key in keys {
+            script.key(key);
+        }
+        script.arg(lease_ms).arg(name);
+        for owner in owners {
+            script.arg(owner);
+        }
+        let mut connection = self.connection.clone();
+        match script.invoke_async(&mut connection).await? {
+            Value::Int(0) => Ok(None),
+            Value::Array(tokens) if tokens.len() == keys.len() => tokens
+                .iter()
+                .map(|token| match token {
+                    Value::Int(token) if *token > 0 => Ok(*token as u64),
+                    other => Err(redis::RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "unexpected token from the acquire-all script",
+                        format!("{other:?}"),
+                    ))),
+                })
+                .collect::<RedisResult<Vec<u64>>>()
+                .map(Some),
+            other => Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected reply from the acquire-all script",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+
     /// One run of the shares' acquire script (a read lock, a semaphore's permit).
     async fn share_on(
         &self,

@@ -198,6 +198,25 @@ impl Turns {
         Some(Turn::Taken(turn))
     }
 
+    /// `key`'s turn if no task of this client holds or awaits it, at once; else `None`
+    /// (never a try let through beside a turn: see `multi`'s one step, which then
+    /// takes its keys one by one, in line).
+    pub(crate) fn take_free(self: &Arc<Self>, key: &str) -> Option<LocalTurn> {
+        let turnstile = {
+            let mut turnstiles = self.turnstiles.lock().unwrap_or_else(|e| e.into_inner());
+            turnstiles.entry(key.to_owned()).or_default().clone()
+        };
+        let mut turn = LocalTurn {
+            turns: self.clone(),
+            entry: Some(turnstile.clone()),
+            key: key.to_owned(),
+            guard: None,
+        };
+        // On failure `turn` is dropped without a guard, which tidies the map.
+        turn.guard = Some(turnstile.turn.clone().try_lock_owned().ok()?);
+        Some(turn)
+    }
+
     /// Removes `key`'s entry if nothing but the map holds it: every handle is cloned
     /// under the map's lock, so the count cannot grow meanwhile.
     fn forget_if_unused(&self, key: &str) {

@@ -166,12 +166,12 @@ async fn crossing_transfers_all_complete_and_never_overlap_on_an_account() {
     }
 }
 
-static SKIPPED_RUNS: AtomicUsize = AtomicUsize::new(0);
+static BODY_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 #[distributed_lock(keys = ["account:<from>", "account:<to>"], on_busy = "skip", lease = "10s",
                    client = locks)]
 async fn try_transfer(locks: &LockClient, from: u64, to: u64) -> Result<Option<usize>, LockError> {
-    SKIPPED_RUNS.fetch_add(1, Ordering::SeqCst);
+    BODY_RUNS.fetch_add(1, Ordering::SeqCst);
     Ok(Some(current_locks().len()))
 }
 
@@ -190,7 +190,7 @@ async fn skip_when_one_key_is_held_elsewhere_leaves_the_other_free() {
             .await
             .unwrap();
         assert_eq!(try_transfer(&locks, 1, 2).await.unwrap(), None);
-        assert_eq!(SKIPPED_RUNS.load(Ordering::SeqCst), 0, "the body ran");
+        assert_eq!(BODY_RUNS.load(Ordering::SeqCst), 0, "the body ran");
         assert_eq!(locks.active_keys(), 0, "the skipped call holds a key");
         assert_eq!(
             locks.inspect(free_key).await.unwrap(),
@@ -204,7 +204,7 @@ async fn skip_when_one_key_is_held_elsewhere_leaves_the_other_free() {
     }
 
     assert_eq!(try_transfer(&locks, 1, 2).await.unwrap(), Some(2));
-    assert_eq!(SKIPPED_RUNS.load(Ordering::SeqCst), 1);
+    assert_eq!(BODY_RUNS.load(Ordering::SeqCst), 1);
 }
 
 #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "200ms", client = locks)]
@@ -248,4 +248,105 @@ async fn a_key_held_elsewhere_times_out_naming_that_key() {
     held.release().await.unwrap();
     short_wait(&locks, 7, 8, &ran).await.unwrap();
     assert!(ran.load(Ordering::SeqCst));
+}
+
+/// Waits `for_ms` holding both keys, then says it reached its end.
+#[distributed_lock(keys = ["job:<a>", "job:<b>"], client = locks)]
+async fn long_job(
+    locks: &LockClient,
+    a: u64,
+    b: u64,
+    for_ms: u64,
+    reached_end: &AtomicBool,
+) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_millis(for_ms)).await;
+    reached_end.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(keys = ["job:<a>", "job:<b>"], on_lost = "continue", client = locks)]
+async fn long_job_that_continues(
+    locks: &LockClient,
+    a: u64,
+    b: u64,
+    for_ms: u64,
+    reached_end: &AtomicBool,
+) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_millis(for_ms)).await;
+    reached_end.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Force-unlocks `job:2` once both job keys are held by `locks`.
+async fn force_unlock_job_2_when_held(server: &RedisServer) {
+    let operator = client(server).await;
+    let limit = std::time::Instant::now() + Duration::from_secs(5);
+    while operator.inspect("job:2").await.unwrap().is_none() {
+        assert!(std::time::Instant::now() < limit, "job:2 never taken");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(operator.force_unlock("job:2").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_lost_aborts_the_body_or_lets_it_continue_as_on_lost_says() {
+    let server = RedisServer::start();
+    // A short watchdog lease: a renewal finds the forced key gone within a third of it.
+    let locks = LockClient::builder(&server.url())
+        .watchdog_lease(Duration::from_millis(900))
+        .connect()
+        .await
+        .unwrap();
+
+    // on_lost = "abort" (the default): the body is dropped, and the call says which key.
+    let reached_end = AtomicBool::new(false);
+    let (result, ()) = tokio::join!(
+        long_job(&locks, 1, 2, 10_000, &reached_end),
+        force_unlock_job_2_when_held(&server)
+    );
+    let error = result.unwrap_err();
+    assert!(error.is_lost(), "{error:?}");
+    assert_eq!(error.key(), "job:2", "{error}");
+    assert!(!reached_end.load(Ordering::SeqCst), "the body ran on");
+    // The other key was released with the call.
+    assert_eq!(locks.inspect("job:1").await.unwrap(), None);
+
+    // on_lost = "continue": the body finishes, and its result stands.
+    let reached_end = AtomicBool::new(false);
+    let (result, ()) = tokio::join!(
+        long_job_that_continues(&locks, 1, 2, 2_000, &reached_end),
+        force_unlock_job_2_when_held(&server)
+    );
+    result.unwrap();
+    assert!(reached_end.load(Ordering::SeqCst));
+    assert_eq!(locks.inspect("job:1").await.unwrap(), None);
+    assert_eq!(locks.active_keys(), 0);
+}
+
+#[distributed_lock(keys = ["daily:<a>", "daily:<b>"], lease = "10s", hold_at_least = "1500ms",
+                   on_busy = "skip", client = locks)]
+async fn daily_job(locks: &LockClient, a: u64, b: u64) -> Result<Option<()>, LockError> {
+    Ok(Some(()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_at_least_keeps_every_key_after_a_quick_body() {
+    let server = RedisServer::start();
+    let first = client(&server).await;
+    let late = client(&server).await;
+    assert_eq!(daily_job(&first, 1, 2).await.unwrap(), Some(()));
+    // Returned, but both keys are kept: a copy of the job firing a little late skips.
+    assert_eq!(daily_job(&late, 2, 1).await.unwrap(), None);
+    for key in ["daily:1", "daily:2"] {
+        assert!(first.inspect(key).await.unwrap().is_some(), "{key} not kept");
+    }
+    // And once the time has passed both are free.
+    let limit = std::time::Instant::now() + Duration::from_secs(6);
+    while first.inspect("daily:1").await.unwrap().is_some()
+        || first.inspect("daily:2").await.unwrap().is_some()
+    {
+        assert!(std::time::Instant::now() < limit, "kept past hold_at_least");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(daily_job(&late, 2, 1).await.unwrap(), Some(()));
 }

@@ -2414,8 +2414,8 @@ fn announcing_a_shortened_lease_keeps_waiters_awake() {
 /// overtaken once; a caller takes every key in one step.
 ///
 /// The one step (`ACQUIRE_ALL`, on one server or one Cluster slot) is a caller's other
-/// first move: all its keys at once when every one is free, else nothing (it then goes
-/// key by key). A free key has no line here as in Redis (a release with waiters grants),
+/// first move: its keys in order up to the first that is not free, at once (all of them
+/// when all are free); it goes on from there key by key. A free key has no line here as in Redis (a release with waiters grants),
 /// so the properties hold with it.
 ///
 /// Broken variants, each caught: keys taken in the caller's own order (the crossing
@@ -2504,9 +2504,9 @@ mod several_keys {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     enum Action {
         Attempt(u8),
-        /// `ACQUIRE_ALL`: every key of the caller at once if all are free, before its
-        /// first attempt; when some is not, nothing happens (the caller attempts key
-        /// by key, as if it had not been tried).
+        /// `ACQUIRE_ALL`, before the caller's first attempt: its keys in order up to
+        /// the first that is not free (all of them when all are free), at once; it
+        /// goes on from there key by key. Nothing happens when the first is not free.
         AttemptAll(u8),
         Confirm(u8),
         Release(u8, u8),
@@ -2698,15 +2698,19 @@ mod several_keys {
                 }
                 Action::AttemptAll(c) => {
                     let order = self.order(c);
-                    if order.iter().any(|&k| s.keys[k as usize].holder.is_some()) {
+                    let free = order
+                        .iter()
+                        .take_while(|&&k| s.keys[k as usize].holder.is_none())
+                        .count();
+                    if free == 0 {
                         return None;
                     }
-                    for (next, &k) in order.iter().enumerate() {
+                    for (next, &k) in order.iter().enumerate().take(free) {
                         s.keys[k as usize].holder = Some(c);
                         self.acquired(&mut s, c, k);
                         self.took(&mut s, c, next as u8, k);
                     }
-                    s.one_step = true;
+                    s.one_step |= free == order.len();
                 }
                 Action::Confirm(c) => {
                     let Phase::Waiting { next } = s.callers[c as usize].phase else {

@@ -182,6 +182,74 @@ async fn a_dropped_acquisition_gives_back_what_it_took_at_once() {
     held.release().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_dropped_during_its_one_step_gives_back_what_it_took() {
+    let server = RedisServer::start();
+    let client = named(&server.url(), "multi").await;
+    // Writes (scripts included) wait 400 ms on the server: the one step is sent, and
+    // the call is dropped before its answer, not knowing what it took.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(400)
+        .arg("WRITE")
+        .query_async(&mut raw(&server).await)
+        .await
+        .unwrap();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        client
+            .lock_all(["a", "b"])
+            .lease(Duration::from_secs(60))
+            .acquire(),
+    )
+    .await;
+    assert!(dropped.is_err(), "answered during the pause: {dropped:?}");
+    // Once the pause ends the step runs, and the clean-up it left releases both keys:
+    // not at the end of their 60 s lease.
+    let limit = Instant::now() + Duration::from_secs(5);
+    while exists(&server, "a").await || exists(&server, "b").await {
+        assert!(
+            Instant::now() < limit,
+            "a or b still held 5 s after the drop"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // And the client takes them again.
+    let again = client.lock_all(["a", "b"]).acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_fixed_lease_shorter_than_the_wait_ends_it_before_a_held_key_runs_out() {
+    let server = RedisServer::start();
+    let other = named(&server.url(), "other").await;
+    let held = other
+        .lock("b")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let client = named(&server.url(), "multi").await;
+    let error = client
+        .lock_all(["a", "b"])
+        .wait(Duration::from_secs(10))
+        .lease(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap_err();
+    // `a` (taken first) would have run out while `b` was awaited: the call stops
+    // waiting a tenth of the lease before, with a Timeout on `b`, holding nothing.
+    match &error {
+        LockError::Timeout { key, waited } => {
+            assert_eq!(key, "b");
+            assert!(*waited < Duration::from_secs(5), "waited {waited:?}");
+        }
+        other => panic!("expected a Timeout on b, got {other:?}"),
+    }
+    assert!(!exists(&server, "a").await, "a is still held");
+    held.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn force_unlocking_one_key_loses_the_guard() {
     let server = RedisServer::start();
@@ -331,8 +399,15 @@ async fn free_keys_on_one_server_are_taken_in_one_script() {
     assert!(rival.lock("b").acquire().await.unwrap_err().is_busy());
     let error = rival.lock_all(["x", "c"]).acquire().await.unwrap_err();
     assert!(error.is_busy(), "{error:?}");
-    // The refused step wrote nothing: `x` is free, not left behind.
+    // The step stopped at `c`, the first key in order: `x` is free, not left behind.
     assert!(!exists(&server, "x").await, "x was left held");
+    // The step takes `0`, then `a` is busy and the wait is over: `0` is given back.
+    let error = rival.lock_all(["a", "0"]).acquire().await.unwrap_err();
+    assert!(
+        matches!(&error, LockError::Timeout { key, .. } if key == "a"),
+        "{error:?}"
+    );
+    assert!(!exists(&server, "0").await, "0 was left held");
     all.release().await.unwrap();
     for key in ["a", "b", "c"] {
         assert!(!exists(&server, key).await, "{key} still held");
@@ -342,13 +417,15 @@ async fn free_keys_on_one_server_are_taken_in_one_script() {
     assert!(next.fencing_token() > tokens[2]);
     next.release().await.unwrap();
 
-    // One key busy: no step writes anything, and the keys go through their lines.
+    // One key busy: the step takes the free keys before it, and the busy one is
+    // awaited in its line.
     let held = rival
         .lock("b")
         .lease(Duration::from_secs(10))
         .acquire()
         .await
         .unwrap();
+    let before = scripts_run(&urls);
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move {
@@ -362,6 +439,16 @@ async fn free_keys_on_one_server_are_taken_in_one_script() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished());
+    // The step, `b`'s attempt, and a second once its subscription is live (a release
+    // published before that would have been missed): none for `a` on its own.
+    let scripts = scripts_run(&urls) - before;
+    assert!((2..=3).contains(&scripts), "{scripts} scripts");
+    let holder = client
+        .inspect("a")
+        .await
+        .unwrap()
+        .expect("a taken by the step");
+    assert_eq!(holder.holder(), "one-step");
     let held_token = held.fencing_token();
     held.release().await.unwrap();
     let both = waiting.await.unwrap().unwrap();

@@ -752,7 +752,10 @@ where
             result = body => into_result(result),
             key = first_lost(&locks) => {
                 tracing::warn!(%key, "redlock: lock lost; the body was stopped at its await point");
-                drop(guard);
+                // The other keys are still held: given back before the error returns
+                // (the release is bounded by the response timeout; it reports the lost
+                // key, which is known already).
+                let _ = guard.release().await;
                 return Err(from_lock_error(LockError::Lost { key }));
             }
         }

@@ -21,13 +21,14 @@
 //!   dropped acquisition drops the guards it holds, and a dropped [`LockGuard`]
 //!   releases at once in the background. Only one `wait` deadline exists: each key is
 //!   asked with the time left of it.
-//! - **One step when all are free.** Where one script may touch every key — one
+//! - **One step for the free keys.** Where one script may touch every key — one
 //!   server, Sentinel's primary, or Cluster keys in one slot (`{tag}`) — and no task
-//!   of this client holds or awaits any of them, the first try takes them all in one
-//!   script ([`ACQUIRE_ALL`](crate::scripts::ACQUIRE_ALL)), or none if any is not free:
-//!   then the keys are taken one by one, in line, as above. A free key has no line
-//!   (a release with waiters leaves the key reserved or granted), so the step
-//!   overtakes nobody; it only saves a round trip and a script per key.
+//!   of this client holds or awaits any of them, the first try takes, in one script
+//!   ([`ACQUIRE_ALL`](crate::scripts::ACQUIRE_ALL)), the keys in order up to the first
+//!   that is not free — all of them when all are free — and the rest are taken one by
+//!   one, in line, as above. It is the same sequence of steps as key by key (a free
+//!   key has no line: a release with waiters leaves the key reserved or granted, so
+//!   nobody is overtaken); it saves a round trip and a script per key.
 //! - **A fixed lease** runs from each key's own acquisition: the first keys' leases
 //!   run while later ones are awaited. Once every key is held, the keys whose lease
 //!   has aged by more than a tenth are extended to the full lease
@@ -170,8 +171,21 @@ impl MultiLockRequest {
         if let Some(taken) = self.take_at_once(started).await {
             guards = taken?;
         }
+        let mut taken_at = vec![Instant::now(); guards.len()];
         for key in self.keys.iter().skip(guards.len()) {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            // Each key's fixed lease runs from about when it was taken (a granted key's
+            // from its confirmation, sent as its acquire returned).
+            let remaining: Vec<Duration> = taken_at
+                .iter()
+                .map(|at| {
+                    self.lease.map_or(Duration::MAX, |lease| {
+                        (*at + lease).saturating_duration_since(now)
+                    })
+                })
+                .collect();
+            let left =
+                wait_until(deadline, now, &remaining, self.lease).saturating_duration_since(now);
             let mut request = LockRequest::new(self.client.clone(), key.clone())
                 .wait(left)
                 .labelled(self.label.clone());
@@ -181,6 +195,7 @@ impl MultiLockRequest {
             let error = match tokio::time::timeout_at(bound, request.acquire()).await {
                 Ok(Ok(guard)) => {
                     guards.push(guard);
+                    taken_at.push(Instant::now());
                     continue;
                 }
                 Ok(Err(LockError::Timeout { key, .. })) => LockError::Timeout {
@@ -221,17 +236,19 @@ impl MultiLockRequest {
 }
 
 impl MultiLockRequest {
-    /// The one step (see the module's notes): every key in one script when they are
-    /// all free and may be, else `None` with nothing taken (or being given back in the
-    /// background, when Redis's answer was lost). `Some(Err)` only when the client was
-    /// shut down meanwhile.
+    /// The one step (see the module's notes): in one script, the keys in order up to
+    /// the first that is not free (every key when all are), when one script may touch
+    /// them all; the caller goes on from the first key not taken. `None` when nothing
+    /// was taken (or it is being given back in the background, Redis's answer lost).
+    /// `Some(Err)` only when the client was shut down meanwhile.
     async fn take_at_once(&self, started: Instant) -> Option<Result<Vec<LockGuard>, LockError>> {
         let core = &self.client;
         if self.keys.len() < 2 || core.check_open(&self.keys[0]).is_err() {
             return None;
         }
         let node = core.masters().one_step_node(&self.keys)?;
-        // Every turn free at once, or the keys go through their lines.
+        // Every turn free at once, or the keys go through their lines. The turns of keys
+        // the step does not take are given back as it returns.
         let turns: Vec<LocalTurn> = self
             .keys
             .iter()
@@ -262,7 +279,7 @@ impl MultiLockRequest {
         let tokens = match answer {
             Ok(Ok(tokens)) => {
                 undo.disarm();
-                tokens?
+                tokens
             }
             Ok(Err(error)) => {
                 tracing::debug!(keys = ?self.keys, %error, "redlock: lock_all's one step failed; taking the keys one by one");
@@ -270,6 +287,9 @@ impl MultiLockRequest {
             }
             Err(_) => return None,
         };
+        if tokens.is_empty() {
+            return None;
+        }
         let valid_for = core.masters().validity(lease);
         let mut guards = Vec::with_capacity(self.keys.len());
         let held = self.keys.iter().zip(owners).zip(tokens).zip(turns);
@@ -296,7 +316,7 @@ impl MultiLockRequest {
         for _ in &guards {
             metrics::acquire_finished(&self.label, metrics::Outcome::Acquired, started.elapsed());
         }
-        tracing::debug!(keys = ?self.keys, "redlock: lock_all took every key in one step");
+        tracing::debug!(keys = ?self.keys, taken = guards.len(), "redlock: lock_all took keys in one step");
         Some(Ok(guards))
     }
 }
@@ -313,6 +333,23 @@ pub(crate) fn canonical(mut keys: Vec<String>) -> Vec<String> {
     keys.sort_unstable();
     keys.dedup();
     keys
+}
+
+/// Until when to wait for the next key: the call's deadline, or with a fixed lease,
+/// sooner if a key already held would otherwise run out first (`remaining`: each held
+/// key's lease left) — a tenth of the lease before, leaving time to extend it. The call then ends with a `Timeout` on the busy
+/// key, holding none, rather than finding a key it held gone (and perhaps taken by
+/// another) once the last is acquired. The watchdog renews held keys: no limit.
+pub(crate) fn wait_until(
+    deadline: Instant,
+    now: Instant,
+    remaining: &[Duration],
+    lease: Option<Duration>,
+) -> Instant {
+    match (lease, remaining.iter().min()) {
+        (Some(lease), Some(least)) => deadline.min(now + least.saturating_sub(lease / 10)),
+        _ => deadline,
+    }
 }
 
 /// Which of the keys, with these leases left, to extend to `lease` once all are held:
@@ -373,6 +410,10 @@ impl MultiLockGuard {
 
     /// Resolves when any of the keys is lost.
     pub async fn lost(&self) {
+        // Never empty (`acquire` refuses no keys); `select_all` would panic on none.
+        if self.guards.is_empty() {
+            return std::future::pending().await;
+        }
         let each = self.guards.iter().map(|guard| Box::pin(guard.lost()));
         futures_util::future::select_all(each).await;
     }
@@ -407,7 +448,9 @@ impl MultiLockGuard {
 mod tests {
     use std::time::Duration;
 
-    use super::{canonical, needs_extension};
+    use tokio::time::Instant;
+
+    use super::{canonical, needs_extension, wait_until};
 
     #[test]
     fn keys_are_taken_once_each_in_byte_order() {
@@ -423,6 +466,27 @@ mod tests {
         );
         assert_eq!(canonical(keys(&["a", "b"])), canonical(keys(&["b", "a"])));
         assert!(canonical(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_fixed_lease_ends_the_wait_for_later_keys_before_a_held_key_runs_out() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(5);
+        let lease = Duration::from_secs(1);
+        let ms = Duration::from_millis;
+        // Nothing held yet, or the watchdog renewing: the call's own deadline.
+        assert_eq!(wait_until(deadline, now, &[], Some(lease)), deadline);
+        assert_eq!(wait_until(deadline, now, &[ms(200)], None), deadline);
+        // A key held with 1 s left: stop waiting 0.9 s from now, the least of them.
+        assert_eq!(
+            wait_until(deadline, now, &[ms(1_000), ms(700)], Some(lease)),
+            now + ms(600)
+        );
+        // A deadline sooner than that stands.
+        let soon = now + ms(100);
+        assert_eq!(wait_until(soon, now, &[ms(1_000)], Some(lease)), soon);
+        // Already less than a tenth left: no wait at all (one try).
+        assert_eq!(wait_until(deadline, now, &[ms(50)], Some(lease)), now);
     }
 
     #[test]

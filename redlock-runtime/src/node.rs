@@ -377,18 +377,18 @@ impl Node {
         self.connection.in_one_slot(keys)
     }
 
-    /// One run of `scripts::ACQUIRE_ALL`: every one of `keys` (free, in one slot) taken
-    /// for the matching owner of `owners`, and their tokens in order; `None` when any
-    /// was not free, and nothing was taken.
+    /// One run of `scripts::ACQUIRE_ALL`: `keys` (in one slot) taken in order, each for
+    /// the matching owner of `owners`, up to the first that is not free; the tokens of
+    /// those taken, in order (none: nothing was written).
     pub(crate) async fn acquire_all(
         &self,
         keys: &[String],
         owners: &[String],
         lease_ms: u64,
         name: &str,
-    ) -> RedisResult<Option<Vec<u64>>> {
+    ) -> RedisResult<Vec<u64>> {
         let Some(first) = keys.first() else {
-            return Ok(Some(Vec::new()));
+            return Ok(Vec::new());
         };
         let mut script = scripts::ACQUIRE_ALL.key(self.connection.fence_key(first).as_ref());
         for key in keys {
@@ -400,8 +400,7 @@ impl Node {
         }
         let mut connection = self.connection.clone();
         match script.invoke_async(&mut connection).await? {
-            Value::Int(0) => Ok(None),
-            Value::Array(tokens) if tokens.len() == keys.len() => tokens
+            Value::Array(tokens) if tokens.len() <= keys.len() => tokens
                 .iter()
                 .map(|token| match token {
                     Value::Int(token) if *token > 0 => Ok(*token as u64),
@@ -411,8 +410,7 @@ impl Node {
                         format!("{other:?}"),
                     ))),
                 })
-                .collect::<RedisResult<Vec<u64>>>()
-                .map(Some),
+                .collect::<RedisResult<Vec<u64>>>(),
             other => Err(redis::RedisError::from((
                 redis::ErrorKind::Parse,
                 "unexpected reply from the acquire-all script",

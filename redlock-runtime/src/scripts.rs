@@ -417,23 +417,30 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
 });
 
 /// Several free keys taken in one step (`LockClient::lock_all` on one server, or keys
-/// of one Cluster slot): all of them, or none.
+/// of one Cluster slot), in the caller's (canonical) order: every key up to the first
+/// that is not free.
 ///
 /// KEYS: the fencing counter (one per server, or per slot: shared by every key here),
-/// then the locks. ARGV: the lease in ms, the client's name, then one owner token per
-/// lock. If any lock key exists — held, reserved or granted to a waiter, or not a lock
-/// at all — nothing is written and the reply is 0: the caller takes the keys one by
-/// one, through their lines, as if this had not been tried (a free key has no line: a
-/// release with waiters leaves it reserved or granted, never free). Otherwise each lock
-/// is set as [`ACQUIRE`] sets an uncontended one, with tokens in key order from the
-/// counter, each above the last (`max(counter + 1, clock µs)`, then + 1), and the reply
-/// is the tokens. One `EXISTS`, one `TIME`, one `GET` and a `SET` per key plus one:
-/// cheaper than a script per key, and one round trip.
+/// then the locks in order. ARGV: the lease in ms, the client's name, then one owner
+/// token per lock. The locks are taken in order while free, as [`ACQUIRE`] takes an
+/// uncontended one, each with a token above the last (`max(counter + 1, clock µs)`,
+/// then + 1); the first lock key that exists — held, reserved or granted to a waiter,
+/// or not a lock at all — and those after it are left alone. The reply is the tokens
+/// of the keys taken (none: an empty array, and nothing written). The caller goes on
+/// from the first key not taken with its own attempt, which joins that key's line: the
+/// same steps as taking the keys one by one, fewer round trips. A free key has no line
+/// (a release with waiters leaves it reserved or granted, never free), so nobody is
+/// overtaken. An `EXISTS` per key looked at, then one `TIME`, one `GET` and a `SET` per
+/// key taken plus one: cheaper than a script per key.
 pub(crate) static ACQUIRE_ALL: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r#"
-if redis.call('EXISTS', unpack(KEYS, 2)) > 0 then
-  return 0
+local last_taken = 1
+while last_taken < #KEYS and redis.call('EXISTS', KEYS[last_taken + 1]) == 0 do
+  last_taken = last_taken + 1
+end
+if last_taken == 1 then
+  return {}
 end
 local now = redis.call('TIME')
 local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
@@ -444,7 +451,7 @@ if last and last > token then
   token = last
 end
 local tokens = {}
-for i = 2, #KEYS do
+for i = 2, last_taken do
   token = token + 1
   local clock = string.format('%.0f', token)
   redis.call('SET', KEYS[i], ARGV[i + 1] .. ' ' .. clock .. ' ' .. since_ms .. ' ' .. ARGV[2], 'PX', ARGV[1])

@@ -671,9 +671,12 @@ impl<'a, K: Kind> Attempts<'a, K> {
         }
         let lease_end = sent_at + ttl + Duration::from_millis(1);
         let mut fallback: Option<Instant> = None;
+        // When a grant made to the waiter ahead lapses, unless confirmed (`N`/`C`).
+        let mut lapse_check: Option<Instant> = None;
         loop {
             let wake_at = fallback
                 .map_or(lease_end, |at| at.min(lease_end))
+                .min(lapse_check.unwrap_or(lease_end))
                 .min(plan.deadline);
             let released = futures_util::future::select_all(
                 self.listeners
@@ -687,6 +690,8 @@ impl<'a, K: Kind> Attempts<'a, K> {
                     Wake::Now => break,
                     Wake::By(at) => fallback = Some(at),
                     Wake::AtLeaseEnd => fallback = None,
+                    Wake::IfUnconfirmedBy(at) => lapse_check = Some(at),
+                    Wake::Confirmed => lapse_check = None,
                 },
                 _ = tokio::time::sleep_until(wake_at) => break,
             }
@@ -733,6 +738,13 @@ enum Wake {
     By(Instant),
     /// At the end of the lease the waiter was told.
     AtLeaseEnd,
+    /// The grant to the waiter ahead lapses by then unless confirmed: try then (the
+    /// grantee may be stopped, and the client that released gone), unless
+    /// [`Wake::Confirmed`] comes first. Kept apart from the other wake-ups, which a
+    /// confirmation must not cancel.
+    IfUnconfirmedBy(Instant),
+    /// The grant ahead was confirmed: no lapse to try at.
+    Confirmed,
 }
 
 /// A release granted the key to this waiter (see `notify::Release::Granted`).
@@ -768,6 +780,8 @@ fn wake_on(news: Release, now: Instant, grace: Duration) -> Wake {
         Release::Taken(Some(lease)) => Wake::By(now + lease + margin),
         // Kept for `hold_at_least`: free when that ends.
         Release::Kept(rest) => Wake::By(now + rest + margin),
+        Release::Next(lasts) => Wake::IfUnconfirmedBy(now + lasts + margin),
+        Release::Confirmed => Wake::Confirmed,
     }
 }
 
@@ -1027,5 +1041,11 @@ mod tests {
             wake_on(Release::Kept(ms(900)), now, grace),
             Wake::By(now + ms(901))
         );
+        // The grant ahead lapses 100 ms from now unless confirmed.
+        assert_eq!(
+            wake_on(Release::Next(ms(100)), now, grace),
+            Wake::IfUnconfirmedBy(now + ms(101))
+        );
+        assert_eq!(wake_on(Release::Confirmed, now, grace), Wake::Confirmed);
     }
 }

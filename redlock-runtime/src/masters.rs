@@ -561,6 +561,23 @@ impl Masters {
         .await
     }
 
+    /// A grant's confirmation (one server: grants are made nowhere else), which also
+    /// tells the next in line the grant will not lapse.
+    pub(crate) async fn confirm_grant(
+        &self,
+        key: &str,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Result<Verdict, QuorumError> {
+        match self.nodes.as_slice() {
+            [node] => node
+                .confirm_grant(key, owner, lease_ms)
+                .await
+                .map_err(QuorumError::Redis),
+            _ => self.extend(key, owner, lease_ms).await,
+        }
+    }
+
     /// The lock on `key` as a majority sees it: the holder a majority of masters agree
     /// on (its shortest ttl, its token, earliest start), or `None`. One server:
     /// what it says. The waitlist is counted on one server (RedLock keeps none).

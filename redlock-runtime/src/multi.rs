@@ -216,7 +216,14 @@ impl MultiLockRequest {
             return Err(error);
         }
         if let Some(lease) = self.lease {
-            let remaining: Vec<Duration> = guards.iter().map(LockGuard::lease_remaining).collect();
+            // Aged from when each key was taken: a granted key's own estimate is the
+            // grace until its confirmation (already sent, to the full lease) answers,
+            // and extending it again would cost a script for nothing. A confirmation
+            // that fails marks its guard lost, as for a single key.
+            let remaining: Vec<Duration> = taken_at
+                .iter()
+                .map(|at| lease.saturating_sub(at.elapsed()))
+                .collect();
             let aged = needs_extension(&remaining, lease);
             let extended =
                 futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease))).await;
@@ -497,7 +504,7 @@ mod tests {
         assert!(needs_extension(&[ms(10_000), ms(9_898), ms(9_000)], lease).is_empty());
         // The first key waited 3 s for the second: only it.
         assert_eq!(needs_extension(&[ms(7_000), ms(10_000)], lease), [0]);
-        // A granted key holds for the grace until its confirmation is answered.
+        // A key whose lease ran down to 100 ms.
         assert_eq!(
             needs_extension(&[ms(8_999), ms(100), ms(9_500)], lease),
             [0, 1]

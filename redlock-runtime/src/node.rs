@@ -657,7 +657,19 @@ impl Node {
         owner: &str,
         lease_ms: u64,
     ) -> RedisResult<Verdict> {
-        self.extend_within(self.response_timeout, key, owner, lease_ms)
+        self.extend_within(self.response_timeout, key, owner, lease_ms, false)
+            .await
+    }
+
+    /// A grant's confirmation: [`Node::extend`], which also tells the next in line
+    /// that the grant will not lapse (see `scripts::EXTEND`).
+    pub(crate) async fn confirm_grant(
+        &self,
+        key: &str,
+        owner: &str,
+        lease_ms: u64,
+    ) -> RedisResult<Verdict> {
+        self.extend_within(self.response_timeout, key, owner, lease_ms, true)
             .await
     }
 
@@ -668,10 +680,17 @@ impl Node {
         key: &str,
         owner: &str,
         lease_ms: u64,
+        confirming: bool,
     ) -> RedisResult<Verdict> {
         retrying_moves_and_reconnects(limit, || {
             let mut connection = self.connection.clone();
-            let (keys, args) = self.extend_call(key, owner, lease_ms);
+            let (keys, mut args) = self.extend_call(key, owner, lease_ms);
+            if confirming {
+                if keys.len() > 1 {
+                    args.push(String::new());
+                }
+                args.push("c".to_owned());
+            }
             async move {
                 let mut invocation = scripts::EXTEND.prepare_invoke();
                 invocation.key(keys).arg(args);
@@ -819,7 +838,7 @@ impl Node {
                     let retried = if left.is_zero() {
                         Err(error)
                     } else {
-                        self.extend_within(left, key, owner, lease_ms).await
+                        self.extend_within(left, key, owner, lease_ms, false).await
                     };
                     retried
                         .inspect_err(|error| {

@@ -104,6 +104,13 @@ pub(crate) enum Release {
         /// How long the grant lasts unconfirmed (the releasing client's grace).
         lasts: Duration,
     },
+    /// The key was granted to the waiter ahead of this one, and lapses this long after
+    /// the message unless its grantee confirms (see `scripts`' `free_for_next`): try
+    /// then, unless [`Release::Confirmed`] comes first.
+    Next(Duration),
+    /// The grant ahead of this waiter was confirmed: no need to try when it would have
+    /// lapsed.
+    Confirmed,
 }
 
 impl Release {
@@ -168,6 +175,23 @@ fn granted_member<'a>(grant: &[u8], ours: &'a [String]) -> Option<&'a String> {
         let member = member.as_bytes();
         member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
     })
+}
+
+/// What a message for the next in line (`N <id> <ms>`, `C <id>`) tells the waiter it
+/// names, when that is one of `ours`.
+fn next_in_line(payload: &[u8], ours: &[String]) -> Option<Release> {
+    let (kind, rest) = (payload.first()?, payload.get(2..)?);
+    if payload.get(1) != Some(&b' ') {
+        return None;
+    }
+    let mut words = rest.split(|&byte| byte == b' ');
+    let id = words.next()?;
+    granted_member(id, ours)?;
+    match kind {
+        b'N' => Some(Release::Next(millis(words.next()?)?)),
+        b'C' => Some(Release::Confirmed),
+        _ => None,
+    }
 }
 
 /// A duration in ms, as the scripts write it.
@@ -330,6 +354,15 @@ impl ReleaseNotifications {
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get_mut(channel) {
             let news = Release::parse(payload, &entry.waiter_ids);
+            // For one waiter of this client (`N <id> <ms>`, `C <id>`): no news for the
+            // others, nor for a waiter that left.
+            if let Some(news) = next_in_line(payload, &entry.waiter_ids) {
+                entry.post(news);
+                return;
+            }
+            if payload.starts_with(b"N ") || payload.starts_with(b"C ") {
+                return;
+            }
             let member = payload
                 .strip_prefix(b"G ")
                 .and_then(|grant| granted_member(grant, &entry.waiter_ids));
@@ -679,6 +712,47 @@ mod tests {
                 .unwrap()
                 .grants
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn news_for_the_next_in_line_is_for_the_waiter_it_names_alone() {
+        let ours = ["a:1 5000 web".to_owned(), "b:2 5000 web".to_owned()];
+        assert_eq!(
+            next_in_line(b"N b:2 100", &ours),
+            Some(Release::Next(Duration::from_millis(100)))
+        );
+        assert_eq!(next_in_line(b"C a:1", &ours), Some(Release::Confirmed));
+        // Another client's waiter, one of ours that left, a prefix of an id, a grant.
+        assert_eq!(next_in_line(b"N c:3 100", &ours), None);
+        assert_eq!(next_in_line(b"C a:", &ours), None);
+        assert_eq!(next_in_line(b"G a:1 17 5 100", &ours), None);
+        assert_eq!(next_in_line(b"N b:2 x", &ours), None);
+        assert_eq!(next_in_line(b"N", &ours), None);
+    }
+
+    #[tokio::test]
+    async fn news_for_the_next_in_line_reaches_its_waiter_and_no_other() {
+        let notifications = unconnected();
+        let since = Instant::now();
+        let channel = "redlock:granted:c:k".to_owned();
+        let (named, _, _) =
+            notifications.listen(channel.clone(), Some("a:1 5000 web".into()), since);
+        notifications.tell(channel.as_bytes(), b"N z:9 100");
+        notifications.tell(channel.as_bytes(), b"C z:9");
+        assert!(
+            tokio::time::timeout(SOON, named.released(0)).await.is_err(),
+            "a message for another waiter woke this one"
+        );
+        notifications.tell(channel.as_bytes(), b"N a:1 100");
+        assert_eq!(
+            tokio::time::timeout(SOON, named.released(0)).await.ok(),
+            Some(Release::Next(Duration::from_millis(100)))
+        );
+        notifications.tell(channel.as_bytes(), b"C a:1");
+        assert_eq!(
+            tokio::time::timeout(SOON, named.released(0)).await.ok(),
+            Some(Release::Confirmed)
         );
     }
 

@@ -357,6 +357,11 @@ if acquired then
   if ARGV[5] == '1' or reserved then
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('ZREM', {expiries}, ARGV[4])
+    if not reserved and handed_off == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+      -- A waiter took a free key (a grant ahead of it lapsed, a holder's lease ran
+      -- out) while others wait: contended, so that its release goes to the line.
+      redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
+    end
   end
   if (reserved and not taken_grant) or handed_off == 1 then
     -- The key changed hands: tell the other waiters when the new lease ends, which may
@@ -954,6 +959,11 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 /// (its process died, its connection dropped) goes to the next in line at once. A grant
 /// whose lease ends before the released lock would have (`before`) is announced to the
 /// other waiters (`T:<lease>`), as a reservation taken is: otherwise nothing wakes them.
+/// The next in line is told when the grant lapses unconfirmed (`N <id> <grace ms>`, on
+/// its client's grant channel), and attempts then unless the grantee's confirmation
+/// told it `C <id>` first: a grant nobody confirms reaches the next waiter a grace
+/// later whatever became of the releasing client (issue 34), which also checks
+/// ([`LAPSED_GRANT`]) while it runs.
 /// Any
 /// other head (a reader, a waiter of an older redlock) gets the key *reserved*
 /// (`reserved:<member>` for the grace, named on the key's channel: `R:<member>`), and
@@ -974,6 +984,24 @@ local function tell_granted(id, clock, after, px)
   local client = string.match(id, '(%x+):%x+$')
   local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
   return redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after .. ' ' .. px)
+end
+-- After a grant lasting `px` unconfirmed: the next in line (the first whose client
+-- listens) is told, on its client's grant channel, `N <id> <px>`. Should the grantee
+-- never confirm (its process stopped, or cut off), that waiter attempts when the
+-- grant has lapsed and takes the key, whatever became of the client that released.
+-- (The grantee's confirmation tells it `C <id>`: see [`EXTEND`].)
+local function tell_next(px)
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, 2)) do
+    local id = string.match(member, '^({OWNER_PATTERN}) %d+ ')
+    if not id then
+      return
+    end
+    local client = string.match(id, '(%x+):%x+$')
+    local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
+    if redis.call(publish, granted, 'N ' .. id .. ' ' .. px) > 0 then
+      return
+    end
+  end
 end
 -- The waiter `head` (a member of the line) as a share waiter: its id, its lease, its
 -- client's name and the limit of the key it waits for (0: a reader); nil otherwise.
@@ -1072,6 +1100,7 @@ local function free_for_next(fence, before, holders, names)
             -- says nothing.
             redis.call(publish, channel, 'T:' .. lease)
           end
+          tell_next(px)
           return true
         end
         -- Nobody of its client listens (its process died, its connection dropped):
@@ -1221,7 +1250,9 @@ return 1
 
 /// KEYS: lock, and off a cluster its eviction marker. ARGV: owner token, new lease in
 /// ms, publish command, "1" to announce every shortened lease (RedLock: see `Node`),
-/// and on a cluster the eviction marker's name. The release channel and the holders
+/// on a cluster the eviction marker's name (else empty, when an argument follows), and
+/// `c` for a grant's confirmation, which tells the next in line `C <id>` (see
+/// `free_for_next`'s `N`). The release channel and the holders
 /// (of a key held in shares) are derived from the marker (see [`companion_of`]).
 /// Returns 1 when extended, 0 when not ours, -1 when force-unlocked, -2 when handed
 /// off (see [`GONE`]). The
@@ -1248,6 +1279,19 @@ pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
 local value = redis.pcall('GET', KEYS[1])
 if {ours} then
   if ARGV[4] == '1' or string.find(value, '^%S+ %d+ %d+{CONTENDED}') then
+    if ARGV[6] == 'c' then
+      -- A grant's confirmation: the next in line, told when the grant would lapse
+      -- (`N`, see `free_for_next`), is told it will not (`C <id>`), so that it does
+      -- not attempt for nothing. Read before any write (see above on a moving slot).
+      local forced = KEYS[2] or ARGV[5]
+      local head = redis.call('ZRANGE', {waitlist}, 0, 0)[1]
+      local id = head and string.match(head, '^({OWNER_PATTERN}) %d+ ')
+      if id then
+        local client = string.match(id, '(%x+):%x+$')
+        local tag = string.sub(forced, 1, #forced - #KEYS[1] - {forced_prefix_len})
+        redis.call(ARGV[3], tag .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1], 'C ' .. id)
+      end
+    end
     local before = redis.call('PTTL', KEYS[1])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     if before > tonumber(ARGV[2]) then
@@ -1288,6 +1332,8 @@ return gone(forced, ARGV[1])
         ours = owned_by("value", "ARGV[1]"),
         channel = companion_from("KEYS[1]", "forced", FORCED_PREFIX, RELEASE_CHANNEL_PREFIX),
         holders = companion_from("KEYS[1]", "forced", FORCED_PREFIX, HOLDERS_PREFIX),
+        waitlist = companion_from("KEYS[1]", "forced", FORCED_PREFIX, WAITLIST_PREFIX),
+        forced_prefix_len = FORCED_PREFIX.len(),
         gone = &*GONE,
         settle_shares = &*SETTLE_SHARES_FN,
     ))

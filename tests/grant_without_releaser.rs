@@ -1,0 +1,202 @@
+//! A grant nobody confirms reaches the next waiter within the grace, whatever becomes
+//! of the process that released (issue 34): a holder releases — granting the key to
+//! the first waiter — and exits at once, a scheduled job's last act; the first
+//! waiter's process is stopped (SIGSTOP: a GC pause, a VM migration), its connection
+//! open, so the grant is delivered and never confirmed. The second waiter, told when
+//! that grant lapses (`N`), takes the key then, not when the lease it was told ends.
+//!
+//! Three OS processes, each a client of its own: this test binary run again in a role
+//! (`REDLOCK_TEST_ROLE`), driven over its stdin and stdout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use redlock_runtime::LockClient;
+use redlock_testkit::RedisServer;
+
+const KEY: &str = "nightly-report";
+const CHILD_TEST: &str = "child_process_role";
+const LEASE: Duration = Duration::from_secs(10);
+
+/// One role's process: its stdin, and its stdout's lines as they come.
+struct Role {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Role {
+    fn start(url: &str, role: &str) -> Role {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
+            .env("REDLOCK_TEST_URL", url)
+            .env("REDLOCK_TEST_ROLE", role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Role {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// What the role said next from `word` on (the test harness prints on the same
+    /// line: `test … ... acquired 17`), within `patience`; `None` if it did not.
+    fn said(&self, word: &str, patience: Duration) -> Option<String> {
+        let until = Instant::now() + patience;
+        loop {
+            let left = until.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(at) = line.find(word) {
+                        return Some(line[at..].to_owned());
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn tell(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} failed");
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        // Stopped or not, it goes: SIGKILL ends a stopped process too.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The roles, run in child processes; a no-op in the test run itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_process_role() {
+    let (Ok(url), Ok(role)) = (
+        std::env::var("REDLOCK_TEST_URL"),
+        std::env::var("REDLOCK_TEST_ROLE"),
+    ) else {
+        return;
+    };
+    let client = LockClient::builder(&url)
+        .name(&role)
+        .connect()
+        .await
+        .unwrap();
+    let guard = client
+        .lock(KEY)
+        .wait(Duration::from_secs(60))
+        .lease(LEASE)
+        .acquire()
+        .await
+        .unwrap();
+    println!("acquired {}", guard.fencing_token());
+    // Holds until told to release.
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(line.trim(), "release");
+    guard.release().await.unwrap();
+    println!("released");
+    if role == "holder" {
+        // A scheduled job's last act: nothing of this process runs after its release.
+        std::process::exit(0);
+    }
+}
+
+/// Waits until `count` waiters are in line for `KEY`.
+async fn until_waiting(client: &LockClient, count: usize) {
+    let limit = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting = client
+            .inspect(KEY)
+            .await
+            .unwrap()
+            .map_or(0, |info| info.waiting());
+        if waiting >= count {
+            return;
+        }
+        assert!(Instant::now() < limit, "{waiting} waiting, not {count}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exits() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let observer = LockClient::connect(&url).await.unwrap();
+
+    let mut holder = Role::start(&url, "holder");
+    let held = holder.said("acquired", Duration::from_secs(20));
+    let held: u64 = held.expect("the holder never acquired")[9..].parse().unwrap();
+    let first = Role::start(&url, "first");
+    until_waiting(&observer, 1).await;
+    let mut second = Role::start(&url, "second");
+    until_waiting(&observer, 2).await;
+
+    // The first waiter's process stops, its connection open: the grant reaches it, and
+    // nothing confirms it.
+    first.signal("-STOP");
+    let released = Instant::now();
+    holder.tell("release");
+    assert!(holder.said("released", Duration::from_secs(10)).is_some());
+    let exited = holder.child.wait().unwrap();
+    assert!(exited.success(), "the holder exited with {exited}");
+
+    // The second waiter gets the key once the grant has lapsed: a grace (100 ms) and
+    // scheduling slack, not the 10 s lease it was told when it found the key held.
+    let taken = second
+        .said("acquired", Duration::from_secs(15))
+        .expect("the second waiter never got the key");
+    let after = released.elapsed();
+    let token: u64 = taken[9..].parse().unwrap();
+    eprintln!("the second waiter got the key {after:?} after the release");
+    assert!(
+        after < LEASE / 4,
+        "the second waiter waited {after:?}: for the lease, not the grace"
+    );
+    assert!(token > held, "tokens went back: {held} then {token}");
+    let info = observer.inspect(KEY).await.unwrap().expect("held");
+    assert_eq!((info.holder(), info.fencing_token()), ("second", token));
+
+    // The first waiter resumes: its grant lapsed, so it does not hold (its attempt
+    // finds the key held by the second), and it gets the key after the second.
+    first.signal("-CONT");
+    assert_eq!(first.said("acquired", Duration::from_millis(500)), None);
+    second.tell("release");
+    let late = first
+        .said("acquired", Duration::from_secs(15))
+        .expect("the first waiter never got the key");
+    let late: u64 = late[9..].parse().unwrap();
+    assert!(late > token, "tokens went back: {token} then {late}");
+}

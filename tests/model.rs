@@ -279,8 +279,12 @@ enum Broken {
     /// A grant gives the waiter its full lease at once, and nobody checks that it was
     /// picked up: no grace, no LAPSED_GRANT.
     GrantWithoutPickUpBound,
-    /// A grant lapses with the grace, but nobody checks (no LAPSED_GRANT).
+    /// A grant lapses with the grace, but nobody checks (no LAPSED_GRANT, and the next
+    /// waiter is not told when it lapses).
     GrantWithoutCheck,
+    /// Issue 34, the protocol before it: the next in line is not told when a grant
+    /// lapses (`N`): only the releasing client's check passes a lapsed grant on.
+    NextWaiterNotTold,
     /// The grantee counts its grace from when it reads the grant message, not from the
     /// conservative estimate of when the release granted it.
     GrantLeaseFromArrival,
@@ -328,6 +332,10 @@ struct Protocol {
     /// reserving it. Off in the settings of the protocol before grants (which older
     /// clients and readers still get).
     grants: bool,
+    /// With grants: the next in line is told when a grant lapses (`N`, issue 34).
+    /// Off in the settings that show what another mechanism covers when no next waiter
+    /// runs to cover it.
+    tell_next: bool,
     /// `force_unlock` calls (by an operator, from no client of the model).
     max_force_unlocks: u8,
     broken: Broken,
@@ -385,6 +393,11 @@ enum News {
     ForUs,
     ForAnother,
     Taken(Tick),
+    /// `N <id> <grace>` on this client's grant channel (issue 34): the grant made to the
+    /// waiter ahead lapses this many ticks from now unless confirmed; try then. (The
+    /// confirmation's `C`, which spares that attempt when the grant was confirmed, is
+    /// not modelled: the attempt it spares finds the key held and changes nothing.)
+    Next(Tick),
     /// `G <id> <token> <ms since registration>` on this client's grant channel: the
     /// guard it makes, with the lease counted from the grant (the client's
     /// conservative estimate of when it happened, exact in the model).
@@ -511,6 +524,8 @@ struct Proc {
 struct Watch {
     /// The client that granted it, and checks it.
     checker: u8,
+    /// The client of the waiter next in line when it was made (told when it lapses).
+    next: Option<u8>,
     /// Ticks since the grant in which a running task waited in Redis.
     ticks: Tick,
     /// The checker was not running at a tick since the grant (paused or crashed).
@@ -716,6 +731,7 @@ impl Protocol {
             max_crashes: 1,
             max_restarts: 0,
             grants: false,
+            tell_next: true,
             max_force_unlocks: 0,
             broken,
         }
@@ -831,8 +847,28 @@ impl Protocol {
         ) {
             s.procs[checker as usize].check = Some(clock + self.grace);
         }
+        // `N`: the next in line whose client listens is told when the grant lapses.
+        if self.tell_next
+            && !matches!(
+            self.broken,
+            Broken::GrantWithoutPickUpBound
+                | Broken::GrantWithoutCheck
+                | Broken::NextWaiterNotTold
+        ) && let Some(next) = s
+            .waitlist
+            .iter()
+            .map(|registration| registration.id)
+            .find(|id| s.procs[id.proc as usize].subscribed)
+            && s.procs[next.proc as usize].status != Status::Crashed
+        {
+            let task = &mut s.procs[next.proc as usize].tasks[next.task as usize];
+            if task.id(next.proc, next.task) == next && task.listens() {
+                task.news = Some(News::merge(task.news, News::Next(self.grace)));
+            }
+        }
         s.watch = Some(Watch {
             checker,
+            next: s.waitlist.first().map(|registration| registration.id.proc),
             ticks: 0,
             faulted: false,
         });
@@ -1007,9 +1043,16 @@ impl Protocol {
             if waiting {
                 watch.ticks += 1;
             }
-            // The check due (or lost with its client) is not made in this tick.
+            // The check due (or lost with its client) is not made in this tick, and the
+            // waiter next in line, told when the grant lapses, is not running either.
             let checker = &s.procs[watch.checker as usize];
-            if checker.status != Status::Running && checker.check.is_none_or(|due| due <= s.clock) {
+            let next_down = watch
+                .next
+                .is_none_or(|next| s.procs[next as usize].status != Status::Running);
+            if checker.status != Status::Running
+                && checker.check.is_none_or(|due| due <= s.clock)
+                && next_down
+            {
                 watch.faulted = true;
             }
         }
@@ -1057,7 +1100,7 @@ impl Protocol {
             }
             for task in &mut proc.tasks {
                 match task.phase {
-                    Phase::Waiting { wake, .. } => {
+                    Phase::Waiting { wake, fallback } => {
                         task.phase = match task.news.take() {
                             Some(News::Free | News::ForUs) => Phase::Attempt {
                                 baton: None,
@@ -1074,6 +1117,14 @@ impl Protocol {
                             Some(News::Taken(lease)) => Phase::Waiting {
                                 wake,
                                 fallback: self.announce_lease.then_some(clock + lease),
+                            },
+                            // The grant ahead lapses then unless confirmed: try then,
+                            // or sooner if something else said so.
+                            Some(News::Next(lasts)) => Phase::Waiting {
+                                wake,
+                                fallback: Some(
+                                    fallback.map_or(clock + lasts, |at| at.min(clock + lasts)),
+                                ),
                             },
                             // Granted (after its last busy attempt: an older grant was
                             // dropped with the reply): it holds the lock from the message
@@ -1801,8 +1852,13 @@ fn a_grant_of_a_shorter_lease_keeps_waiters_awake() {
 #[test]
 fn without_announcing_a_granted_shorter_lease_a_waiter_sleeps_on_a_free_key() {
     let [reservation, _] = mixed_leases(false);
+    // Checked without `N`, which wakes the next waiter at the grant's lapse whatever it
+    // was told, and so covers this route in this small setting.
     counterexample(
-        mixed_grants(reservation),
+        Protocol {
+            tell_next: false,
+            ..mixed_grants(reservation)
+        },
         "grants, mixed leases unannounced",
         "no forgotten waiter",
     );
@@ -1816,6 +1872,20 @@ fn a_grant_without_a_pick_up_bound_is_caught() {
     counterexample(
         grants(Broken::GrantWithoutPickUpBound),
         "a grant without a pick-up bound",
+        "a grant nobody picks up passes on within grace",
+    );
+}
+
+/// Issue 34: the protocol before it, where only the releasing client checks for a
+/// lapsed grant. The releaser crashes right after the release that granted (a scheduled
+/// job's last act), the grantee is paused (its grant delivered, never confirmed): the
+/// next waiter, running, sleeps until the lease it was told. With `N` it takes the key
+/// when the grant lapses.
+#[test]
+fn a_releaser_that_crashes_right_after_granting_is_covered_by_the_next_waiter() {
+    counterexample(
+        grants(Broken::NextWaiterNotTold),
+        "the next waiter not told when a grant lapses",
         "a grant nobody picks up passes on within grace",
     );
 }
@@ -1849,8 +1919,11 @@ fn a_grant_lease_counted_from_the_message_is_caught() {
 #[test]
 fn a_lapsed_grant_check_that_frees_only_an_absent_key_is_caught() {
     counterexample(
+        // Checked without `N`: a next waiter that runs attempts at the lapse, finds the
+        // key held and marks it, which covers this route in this small setting.
         Protocol {
             max_crashes: 0,
+            tell_next: false,
             ..grants(Broken::LapsedGrantCheckOnlyWhenAbsent)
         },
         "a lapsed grant's check that frees only an absent key",

@@ -433,7 +433,9 @@ async fn no_reply_is_handed_to_another_request_across_cluster_failovers() {
         // failovers the crate's cluster client fails about half its requests with `Io`
         // (0 crossed, but too few answered to tell), so it runs on Redis only. The lock
         // scenario below runs on both.
-        eprintln!("skipped on the server chosen with REDIS_SERVER: a check of the redis crate on Redis's failovers");
+        eprintln!(
+            "skipped on the server chosen with REDIS_SERVER: a check of the redis crate on Redis's failovers"
+        );
         return;
     }
     let _alone = one_cluster_at_a_time();

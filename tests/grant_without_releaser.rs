@@ -158,7 +158,9 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
 
     let mut holder = Role::start(&url, "holder");
     let held = holder.said("acquired", Duration::from_secs(20));
-    let held: u64 = held.expect("the holder never acquired")[9..].parse().unwrap();
+    let held: u64 = held.expect("the holder never acquired")[9..]
+        .parse()
+        .unwrap();
     let first = Role::start(&url, "first");
     until_waiting(&observer, 1).await;
     let mut second = Role::start(&url, "second");
@@ -181,8 +183,10 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
     let after = released.elapsed();
     let token: u64 = taken[9..].parse().unwrap();
     eprintln!("the second waiter got the key {after:?} after the release");
+    // 105 ms here on a quiet machine; the bound leaves room for a loaded one, and is
+    // far below the lease the second waiter was told (9.95 s before issue 34).
     assert!(
-        after < LEASE / 4,
+        after < Duration::from_millis(1_500),
         "the second waiter waited {after:?}: for the lease, not the grace"
     );
     assert!(token > held, "tokens went back: {held} then {token}");

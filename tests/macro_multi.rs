@@ -338,7 +338,10 @@ async fn hold_at_least_keeps_every_key_after_a_quick_body() {
     // Returned, but both keys are kept: a copy of the job firing a little late skips.
     assert_eq!(daily_job(&late, 2, 1).await.unwrap(), None);
     for key in ["daily:1", "daily:2"] {
-        assert!(first.inspect(key).await.unwrap().is_some(), "{key} not kept");
+        assert!(
+            first.inspect(key).await.unwrap().is_some(),
+            "{key} not kept"
+        );
     }
     // And once the time has passed both are free.
     let limit = std::time::Instant::now() + Duration::from_secs(6);

@@ -850,15 +850,16 @@ impl Protocol {
         // `N`: the next in line whose client listens is told when the grant lapses.
         if self.tell_next
             && !matches!(
-            self.broken,
-            Broken::GrantWithoutPickUpBound
-                | Broken::GrantWithoutCheck
-                | Broken::NextWaiterNotTold
-        ) && let Some(next) = s
-            .waitlist
-            .iter()
-            .map(|registration| registration.id)
-            .find(|id| s.procs[id.proc as usize].subscribed)
+                self.broken,
+                Broken::GrantWithoutPickUpBound
+                    | Broken::GrantWithoutCheck
+                    | Broken::NextWaiterNotTold
+            )
+            && let Some(next) = s
+                .waitlist
+                .iter()
+                .map(|registration| registration.id)
+                .find(|id| s.procs[id.proc as usize].subscribed)
             && s.procs[next.proc as usize].status != Status::Crashed
         {
             let task = &mut s.procs[next.proc as usize].tasks[next.task as usize];
@@ -1877,10 +1878,11 @@ fn a_grant_without_a_pick_up_bound_is_caught() {
 }
 
 /// Issue 34: the protocol before it, where only the releasing client checks for a
-/// lapsed grant. The releaser crashes right after the release that granted (a scheduled
-/// job's last act), the grantee is paused (its grant delivered, never confirmed): the
-/// next waiter, running, sleeps until the lease it was told. With `N` it takes the key
-/// when the grant lapses.
+/// lapsed grant. The releaser stops or crashes right after the release that granted (a
+/// scheduled job's last act), and the grantee is gone or stopped without Redis knowing
+/// (its grant delivered, never confirmed): the next waiter, running, sleeps until the
+/// lease it was told (the checker finds: grantee crashed, releaser paused, 14 steps).
+/// With `N` it takes the key when the grant lapses.
 #[test]
 fn a_releaser_that_crashes_right_after_granting_is_covered_by_the_next_waiter() {
     counterexample(

@@ -117,7 +117,10 @@ impl LockGuard {
         let valid_for = client.masters().validity(lease);
         let ticket = lock.state.start_update(Instant::now(), valid_for);
         let mut confirmation = Box::pin(async move {
-            let extended = client.masters().confirm_grant(&key, &lock.owner, lease_ms).await;
+            let extended = client
+                .masters()
+                .confirm_grant(&key, &lock.owner, lease_ms)
+                .await;
             let ours = matches!(extended, Ok(Verdict::Ours));
             lock.state.finish_update(ticket, ours);
             match extended {

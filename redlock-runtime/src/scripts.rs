@@ -863,7 +863,10 @@ local function release_share(value)
     return 1
   end
   redis.call('DEL', KEYS[5], share_names(KEYS[1], KEYS[5]))
-  if free_for_next(fence, nil, KEYS[5], names) then
+  local granted, told = free_for_next(fence, nil, KEYS[5], names)
+  if told then
+    return 4
+  elseif granted then
     return 3
   end
   return 1
@@ -881,8 +884,10 @@ end
 /// publish every release (RedLock: see `Node`), else nothing.
 /// A share (read lock, permit) is released by the same script (see `release_share`).
 /// Returns 1 when released (deleted, or reserved for the waitlist's head), 2 when kept
-/// for `hold_at_least`, 0 when the lock was not ours any more, -1 when it was
-/// force-unlocked, -2 when an acquire script of this client took it over (see [`GONE`]).
+/// for `hold_at_least`, 3 when released by a grant to the waitlist's head, 4 when so and
+/// the waiter after it heard `N` (see `free_for_next`), 0 when the lock was not ours any
+/// more, -1 when it was force-unlocked, -2 when an acquire script of this client took it
+/// over (see [`GONE`]).
 ///
 /// Without contention this is `GET` and `DEL`: a lock nobody contended (see [`CONTENDED`])
 /// has no one to tell. A contended one goes to the waitlist's head, or is deleted with a
@@ -921,7 +926,10 @@ if tonumber(ARGV[2]) > 0 then
   redis.call(publish, channel, 'K:' .. ARGV[2])
   return 2
 end
-if free_for_next(fence, redis.call('PTTL', KEYS[1]), KEYS[5], names) then
+local granted, told = free_for_next(fence, redis.call('PTTL', KEYS[1]), KEYS[5], names)
+if told then
+  return 4
+elseif granted then
   return 3
 end
 return 1
@@ -950,7 +958,9 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 /// reads. `free_for_next(fence, before)`: with the fencing counter `fence`, the head of
 /// the line is *granted* the lock when it can be (see below); without one (nil) it is
 /// reserved. `before`: how long the lock being released had left (ms), which every
-/// waiter was told at the latest; nil when unknown. Returns true when it granted.
+/// waiter was told at the latest; nil when unknown. Returns true when it granted, and
+/// then, second, true when the next in line heard `N` (below): the releasing client
+/// then leaves the lapse to that waiter and runs no check of its own.
 ///
 /// **The grant.** A waiter that registered as `<id> <lease ms> <client name>` (see
 /// [`ACQUIRE`]) is made the holder right here: owner `<id>`, the next fencing token, for
@@ -967,8 +977,10 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 /// The next in line is told when the grant lapses unconfirmed (`N <id> <grace ms>`, on
 /// its client's grant channel), and attempts then unless the grantee's confirmation
 /// told it `C <id>` first: a grant nobody confirms reaches the next waiter a grace
-/// later whatever became of the releasing client (issue 34), which also checks
-/// ([`LAPSED_GRANT`]) while it runs.
+/// later whatever became of the releasing client (issue 34). The releasing client
+/// checks ([`LAPSED_GRANT`]) only when no client heard `N` (its count was 0: nobody in
+/// line behind the grantee, none of the next three listening, or a share grant): one
+/// script per contended hand-off fewer.
 /// Any
 /// other head (a reader, a waiter of an older redlock) gets the key *reserved*
 /// (`reserved:<member>` for the grace, named on the key's channel: `R:<member>`), and
@@ -1004,20 +1016,27 @@ end
 -- listens) is told, on its client's grant channel, `N <id> <px>`. Should the grantee
 -- never confirm (its process stopped, or cut off), that waiter attempts when the
 -- grant has lapsed and takes the key, whatever became of the client that released.
--- (The grantee's confirmation tells it `C <id>`: see [`EXTEND`].)
+-- (The grantee's confirmation tells it `C <id>`: see [`EXTEND`].) True when a client
+-- heard it (a count above 0 is a listener, on a cluster too): that waiter covers the
+-- lapse, and the releasing client need not check (see `free_for_next`).
 local function tell_next(px)
   for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, 2)) do
     local id = string.match(member, '^({OWNER_PATTERN}) %d+ ')
     if not id then
-      return
+      return false
     end
     local client = string.match(id, '(%x+):%x+$')
     local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
-    -- On a cluster the count leaves out the shard's replicas (see `tell_granted`).
-    if redis.call(publish, granted, 'N ' .. id .. ' ' .. px) > 0 or publish == 'SPUBLISH' then
-      return
+    if redis.call(publish, granted, 'N ' .. id .. ' ' .. px) > 0 then
+      return true
+    end
+    -- On a cluster a count of 0 leaves out the shard's replicas (see `tell_granted`):
+    -- the message may have been heard, so nobody after it is told.
+    if publish == 'SPUBLISH' then
+      return false
     end
   end
+  return false
 end
 -- The waiter `head` (a member of the line) as a share waiter: its id, its lease, its
 -- client's name and the limit of the key it waits for (0: a reader); nil otherwise.
@@ -1116,8 +1135,7 @@ local function free_for_next(fence, before, holders, names)
             -- says nothing.
             redis.call(publish, channel, 'T:' .. lease)
           end
-          tell_next(px)
-          return true
+          return true, tell_next(px)
         end
         -- Nobody of its client listens (its process died, its connection dropped):
         -- the next in line. (The token stays used: tokens only need to rise.)
@@ -1146,7 +1164,10 @@ end
 /// lock, waitlist, waitlist expiries, fence counter, and on a cluster the holders and
 /// share names (derived elsewhere). ARGV: waiter id (its waitlist member), (unused), release
 /// channel, publish command, grace of a reservation (ms). Returns 3 when it granted
-/// the key to the next in line, 1 when it passed the key on otherwise, else 0.
+/// the key to the next in line (4 when the waiter after it heard `N`), 1 when it passed
+/// the key on otherwise, 5 when the key may be under a grant that lapses unchecked (the
+/// waiter leaving may have been the one told of its lapse, and no client heard it
+/// passed on: the client leaving checks it), else 0.
 pub(crate) static LEAVE_WAITLIST: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(format!(
         r#"
@@ -1184,7 +1205,10 @@ if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared
   local ms = drop_expired_waiters()
   if settle_shares(KEYS[1], holders, ms) == 0 then
     redis.call('DEL', holders, names)
-    if free_for_next(KEYS[4], nil, holders, names) then
+    local granted, told = free_for_next(KEYS[4], nil, holders, names)
+    if told then
+      return 4
+    elseif granted then
       return 3
     end
     return 1
@@ -1195,9 +1219,21 @@ if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared
   return 1
 end
 if value ~= 'reserved:' .. ARGV[1] and not (granted_to and {granted}) then
+  -- Held by another within a grace of its end, contended: perhaps a grant not confirmed
+  -- yet, whose lapse this waiter was told of (`N`), and nobody else watches it. The
+  -- next in line is told instead; if no client hears it, this waiter's client checks.
+  if type(value) == 'string' and string.find(value, '^%S+ %d+ %d+{CONTENDED}') then
+    local ttl = redis.call('PTTL', KEYS[1])
+    if ttl > 0 and ttl <= tonumber(grace) and not tell_next(ttl) then
+      return 5
+    end
+  end
   return 0
 end
-if free_for_next(KEYS[4]) then
+local granted, told = free_for_next(KEYS[4])
+if told then
+  return 4
+elseif granted then
   return 3
 end
 return 1
@@ -1219,8 +1255,8 @@ return 1
 /// release would), and a semaphore's permits left free by a lapsed grant to its waiters;
 /// a key held (the grant confirmed, or taken since) is left alone. KEYS and ARGV as
 /// [`LEAVE_WAITLIST`]'s (no waiter id), and on a cluster the holders and share names as
-/// KEYS[5] and KEYS[6] (derived elsewhere). Returns 3 when it granted, 1 when it
-/// reserved the key, else 0.
+/// KEYS[5] and KEYS[6] (derived elsewhere). Returns 3 when it granted (4 when the
+/// waiter after the grantee heard `N`), 1 when it reserved the key, else 0.
 pub(crate) static LAPSED_GRANT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(format!(
         r#"
@@ -1251,7 +1287,10 @@ if value then
   end
   return 0
 end
-if free_for_next(KEYS[4], nil, KEYS[5] or {holders}, KEYS[6] or {names}) then
+local granted, told = free_for_next(KEYS[4], nil, KEYS[5] or {holders}, KEYS[6] or {names})
+if told then
+  return 4
+elseif granted then
   return 3
 end
 return 1

@@ -247,6 +247,9 @@ struct Run {
     cpu: Duration,
     /// `total_commands_processed` over the loops (the INFO that read it left out).
     commands: f64,
+    /// Redis's own CPU over the loops (`INFO cpu`: `used_cpu_user + used_cpu_sys`), s:
+    /// what a lock costs the server every client shares.
+    redis_cpu: f64,
 }
 
 impl Run {
@@ -331,6 +334,16 @@ impl Run {
     fn cpu_per_acquisition_us(&self) -> f64 {
         micros(self.cpu) / self.acquisitions().max(1) as f64
     }
+
+    fn redis_cpu_per_acquisition_us(&self) -> f64 {
+        self.redis_cpu * 1e6 / self.acquisitions().max(1) as f64
+    }
+}
+
+/// Redis's CPU so far (user + system), s.
+async fn redis_cpu(connection: &mut redis::aio::MultiplexedConnection) -> f64 {
+    info_field(connection, "cpu", "used_cpu_user").await
+        + info_field(connection, "cpu", "used_cpu_sys").await
 }
 
 /// The gaps between consecutive holds of a run.
@@ -420,6 +433,7 @@ async fn run_once(bench: &mut Bench, library: &str, processes: usize, holds: usi
     for running in &mut children {
         read_until(running, "ready").await;
     }
+    let cpu_before = redis_cpu(&mut bench.ping).await;
     let before = info_field(&mut bench.ping, "stats", "total_commands_processed").await;
     for running in &mut children {
         running.stdin.write_all(b"go\n").await.expect("send go");
@@ -462,6 +476,7 @@ async fn run_once(bench: &mut Bench, library: &str, processes: usize, holds: usi
     let after = info_field(&mut bench.ping, "stats", "total_commands_processed").await;
     // The INFO before is counted in the difference; the one after is not yet.
     run.commands = after - before - 1.0;
+    run.redis_cpu = redis_cpu(&mut bench.ping).await - cpu_before;
     for mut running in children {
         drop(running.stdin);
         let status = tokio::time::timeout(CHILD_LIMIT, running.child.wait())
@@ -683,6 +698,24 @@ pub async fn run(bench: &mut Bench, holds: Option<usize>) {
         if processes == 16 {
             at_16 = Some(figures);
         }
+        // Issue 34's target: a grant is one step on the server, polling several.
+        let (cpu_a, cpu_b) = (
+            a.redis_cpu_per_acquisition_us(),
+            b.redis_cpu_per_acquisition_us(),
+        );
+        bench.report.add(Figure {
+            id: id("redis_cpu_per_acquisition_us"),
+            scenario: format!(
+                "{processes} processes: Redis CPU per acquisition (INFO cpu, user+sys, from the processes' common start)"
+            ),
+            redlock: Some(cpu_a),
+            rslock: Some(cpu_b),
+            unit: "µs",
+            limit: "-".into(),
+            ratio: format!("{} × rslock", number(cpu_a / cpu_b)),
+            target: target("≤ 0.75 × rslock"),
+            verdict: verdict(cpu_a <= 0.75 * cpu_b),
+        });
 
         bench.report.add(Figure {
             id: id("violations"),

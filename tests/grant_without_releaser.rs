@@ -77,12 +77,9 @@ impl Role {
         self.stdin.flush().unwrap();
     }
 
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {signal} failed");
+    /// `name`: `"STOP"` (returns once every thread has stopped) or `"CONT"`.
+    fn signal(&self, name: &str) {
+        redlock_testkit::signal(self.child.id(), name);
     }
 }
 
@@ -168,7 +165,7 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
 
     // The first waiter's process stops, its connection open: the grant reaches it, and
     // nothing confirms it.
-    first.signal("-STOP");
+    first.signal("STOP");
     let released = Instant::now();
     holder.tell("release");
     assert!(holder.said("released", Duration::from_secs(10)).is_some());
@@ -195,7 +192,7 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
 
     // The first waiter resumes: its grant lapsed, so it does not hold (its attempt
     // finds the key held by the second), and it gets the key after the second.
-    first.signal("-CONT");
+    first.signal("CONT");
     assert_eq!(first.said("acquired", Duration::from_millis(500)), None);
     second.tell("release");
     let late = first
@@ -215,6 +212,27 @@ fn exists_calls(server: &RedisServer) -> u64 {
         .find_map(|line| line.strip_prefix(prefix).map(str::to_owned))
         .and_then(|rest| rest.split(',').next().and_then(|calls| calls.parse().ok()))
         .unwrap_or(0)
+}
+
+/// Waits until `count` clients listen on their grant channels for `KEY`: a waiter is in
+/// line before its subscription is confirmed, and a release before that finds nobody
+/// listening (no grant to it, or no `N`).
+/// (`count` 0: until no client listens any more, the last round's clients gone.)
+async fn until_listening(server: &RedisServer, count: usize) {
+    let limit = Instant::now() + Duration::from_secs(10);
+    let pattern = format!("redlock:granted:*:{KEY}");
+    loop {
+        let listening = server
+            .cli(&["PUBSUB", "CHANNELS", &pattern])
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .count();
+        if (count > 0 && listening >= count) || (count == 0 && listening == 0) {
+            return;
+        }
+        assert!(Instant::now() < limit, "{listening} listening, not {count}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A client's waiter for `KEY`, in a task of its own: its guard when it got the key.
@@ -241,13 +259,16 @@ async fn the_releasing_client_checks_a_grant_only_when_no_waiter_behind_heard_of
     let connect = || LockClient::connect(&url);
     let observer = connect().await.unwrap();
     for behind in [0, 1] {
+        until_listening(&server, 0).await;
         let holder = connect().await.unwrap();
         let held = holder.lock(KEY).lease(LEASE).acquire().await.unwrap();
         let grantee = wait_for_key(connect().await.unwrap());
         until_waiting(&observer, 1).await;
+        until_listening(&server, 1).await;
         let next = if behind == 1 {
             let next = wait_for_key(connect().await.unwrap());
             until_waiting(&observer, 2).await;
+            until_listening(&server, 2).await;
             Some(next)
         } else {
             None

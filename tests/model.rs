@@ -1476,6 +1476,10 @@ impl Model for Protocol {
                 // Reserved, or granted, to the waiter that gave up: the next in line.
                 if matches!(s.key, Key::Reserved { by, .. } | Key::Owned { by, .. } if by == id) {
                     self.free_for_next(&mut s, Some(p), None);
+                } else if s.key == Key::Absent && !s.waitlist.is_empty() {
+                    // Free while others wait (a grant lapsed before this waiter's attempt):
+                    // the next in line, as the lapsed-grant check would.
+                    self.free_for_next(&mut s, Some(p), None);
                 } else if let Key::Owned {
                     granted: Some(_),
                     exp,

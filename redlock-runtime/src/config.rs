@@ -165,7 +165,7 @@ pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
 
 /// Longest accepted `LockClientBuilder::reservation_grace`: a waiter that died while
 /// first in line makes every other waiter wait that long.
-const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(60);
 
 impl ClientConfig {
     /// The settings as used: the watchdog lease and renewal interval follow what the

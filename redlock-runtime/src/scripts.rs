@@ -1167,7 +1167,9 @@ end
 /// the key to the next in line (4 when the waiter after it heard `N`), 1 when it passed
 /// the key on otherwise, 5 when the key may be under a grant that lapses unchecked (the
 /// waiter leaving may have been the one told of its lapse, and no client heard it
-/// passed on: the client leaving checks it), else 0.
+/// passed on: the client leaving checks it), else 0. A key found free while others
+/// wait (a grant that lapsed before the leaving waiter's attempt) goes to the next in
+/// line, as [`LAPSED_GRANT`] would give it.
 pub(crate) static LEAVE_WAITLIST: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(format!(
         r#"
@@ -1218,13 +1220,26 @@ if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared
   end
   return 1
 end
+if not value and redis.call('EXISTS', KEYS[2]) == 1 then
+  -- Free while others wait: a grant this waiter was to cover (`N`) lapsed before its
+  -- attempt. The next in line gets it, as the lapsed-grant check would give it.
+  local granted, told = free_for_next(KEYS[4])
+  if told then
+    return 4
+  elseif granted then
+    return 3
+  end
+  return 1
+end
 if value ~= 'reserved:' .. ARGV[1] and not (granted_to and {granted}) then
-  -- Held by another within a grace of its end, contended: perhaps a grant not confirmed
-  -- yet, whose lapse this waiter was told of (`N`), and nobody else watches it. The
-  -- next in line is told instead; if no client hears it, this waiter's client checks.
+  -- Held by another, contended, within the longest grace a client may set of its end:
+  -- perhaps a grant not confirmed yet (made with the releasing client's grace, not
+  -- this one's), whose lapse this waiter was told of (`N`), and nobody else watches
+  -- it. The next in line is told instead; if no client hears it, this waiter's client
+  -- checks.
   if type(value) == 'string' and string.find(value, '^%S+ %d+ %d+{CONTENDED}') then
     local ttl = redis.call('PTTL', KEYS[1])
-    if ttl > 0 and ttl <= tonumber(grace) and not tell_next(ttl) then
+    if ttl > 0 and ttl <= {max_grace_ms} and not tell_next(ttl) then
       return 5
     end
   end
@@ -1238,6 +1253,7 @@ elseif granted then
 end
 return 1
 "#,
+        max_grace_ms = crate::config::MAX_RESERVATION_GRACE.as_millis(),
         leaving_writer = is_writer("ARGV[1]"),
         writer = is_writer("id"),
         granted = owned_by("value", "granted_to"),

@@ -363,6 +363,10 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 /// Sends signal `name` (`"STOP"`, `"CONT"`, `"KILL"`…) to process `pid` with `kill(1)`.
+/// A `STOP` returns once every thread of the process has stopped: the kernel stops a
+/// process's threads only when one of them has taken the signal, and on a loaded machine
+/// the others ran on for a millisecond or two meanwhile — long enough to read and confirm
+/// a grant that the test meant the stopped process never to see (seen in the suite).
 pub fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
         .arg(format!("-{name}"))
@@ -370,6 +374,33 @@ pub fn signal(pid: u32, name: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{name} {pid} failed");
+    if name == "STOP" {
+        let limit = Instant::now() + Duration::from_secs(10);
+        while !every_thread_stopped(pid) {
+            assert!(
+                Instant::now() < limit,
+                "process {pid} did not stop within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Whether every thread of `pid` is stopped (state `T` or `t` in its `stat`); false if
+/// one could not be read.
+fn every_thread_stopped(pid: u32) -> bool {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    threads.flatten().all(|thread| {
+        std::fs::read_to_string(thread.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name, which is in parentheses and may
+            // itself hold spaces or parentheses.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }
 
 /// Runs `redis-cli` (or the [`redis_cli_binary`] chosen with `REDIS_CLI`) against

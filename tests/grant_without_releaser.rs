@@ -8,11 +8,14 @@
 //! Three OS processes, each a client of its own: this test binary run again in a role
 //! (`REDLOCK_TEST_ROLE`), driven over its stdin and stdout.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::command_calls;
 use redlock_runtime::LockClient;
 use redlock_testkit::RedisServer;
 
@@ -202,18 +205,6 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
     assert!(late > token, "tokens went back: {token} then {late}");
 }
 
-/// `EXISTS` calls so far on `server`, scripts' included: the lapsed-grant check
-/// (`LAPSED_GRANT`) starts with one, and an attempt that finds the key busy makes none.
-fn exists_calls(server: &RedisServer) -> u64 {
-    let prefix = "cmdstat_exists:calls=";
-    server
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix).map(str::to_owned))
-        .and_then(|rest| rest.split(',').next().and_then(|calls| calls.parse().ok()))
-        .unwrap_or(0)
-}
-
 /// Waits until `count` clients listen on their grant channels for `KEY`: a waiter is in
 /// line before its subscription is confirmed, and a release before that finds nobody
 /// listening (no grant to it, or no `N`).
@@ -273,13 +264,15 @@ async fn the_releasing_client_checks_a_grant_only_when_no_waiter_behind_heard_of
         } else {
             None
         };
-        // The release's own `EXISTS` (is anyone in line?), then the check's, if made.
-        let before = exists_calls(&server);
+        // The release's own `EXISTS` (is anyone in line?), then the check's, if made: the
+        // lapsed-grant check starts with one, and an attempt that finds the key busy
+        // makes none.
+        let before = command_calls(&server, "exists");
         held.release().await.unwrap();
         let granted = grantee.await.unwrap();
         // Past the grace (100 ms) and the check's margin: a check is made by now.
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let checks = exists_calls(&server) - before - 1;
+        let checks = command_calls(&server, "exists") - before - 1;
         assert_eq!(
             checks,
             1 - behind,

@@ -329,22 +329,29 @@ impl Node {
         }
         let key = request.key;
         let mut script = scripts::ACQUIRE.key(key);
-        script.key(self.connection.fence_key(key).as_ref());
-        if self.connection.is_cluster() {
+        let cluster = self.connection.is_cluster();
+        // The arguments that are usually empty go last, and only when needed.
+        let trailing = request.previous_owner.is_some() || request.quarantine_ms.is_some();
+        if cluster {
             // Declared on a cluster (see `scripts::ACQUIRE`); the lock key stands in for
             // the restart marker (RedLock's only).
             let [waitlist, expiries] = self.connection.waitlist_keys(key);
-            script.key(waitlist).key(key).key(expiries);
+            script
+                .key(self.connection.fence_key(key).as_ref())
+                .key(waitlist)
+                .key(key)
+                .key(expiries);
             if request.previous_owner.is_some() {
                 // Where a hand-off leaves its evidence.
                 script.key(self.connection.forced_key(key));
             }
-        } else {
-            script.key(self.connection.waitlist_key(key));
-            if request.quarantine_ms.is_some() {
-                script.key(scripts::BOOT_KEY);
-            }
+        } else if request.quarantine_ms.is_some() {
+            script
+                .key(self.connection.fence_key(key).as_ref())
+                .key(self.connection.waitlist_key(key))
+                .key(scripts::BOOT_KEY);
         }
+        // Elsewhere the lock key alone: the script derives the counter and the waitlist.
         script
             .arg(request.owner)
             .arg(request.lease_ms)
@@ -355,10 +362,12 @@ impl Node {
             } else {
                 "0"
             })
-            .arg(self.waitlist.registration_slack_ms)
-            .arg(self.connection.publish_command());
-        // The arguments that are usually empty go last, and only when needed.
-        if request.previous_owner.is_some() || request.quarantine_ms.is_some() {
+            .arg(self.waitlist.registration_slack_ms);
+        if cluster || trailing {
+            // PUBLISH, the script's default, is left out when nothing follows.
+            script.arg(self.connection.publish_command());
+        }
+        if trailing {
             script.arg(request.previous_owner.unwrap_or(""));
         }
         if let Some(quarantine_ms) = request.quarantine_ms {
@@ -957,8 +966,9 @@ async fn release_on(
     publish_every_release: bool,
 ) -> RedisResult<i64> {
     let publish = connection.publish_command();
+    let cluster = connection.is_cluster();
     let mut script = scripts::RELEASE.key(key);
-    if connection.is_cluster() {
+    if cluster {
         // Every key declared on a cluster (see `scripts::ACQUIRE`).
         let [waitlist, expiries] = connection.waitlist_keys(key);
         let forced = connection.forced_key(key);
@@ -969,14 +979,13 @@ async fn release_on(
             .key(connection.holders_key(key))
             .key(connection.names_key(key))
             .key(connection.fence_key(key).as_ref());
-    } else {
-        script.key(connection.waitlist_key(key));
     }
-    script
-        .arg(owner)
-        .arg(keep_ms)
-        .arg(timings.reservation_ms)
-        .arg(publish);
+    // Off a cluster the lock key alone: the script derives the waitlist.
+    script.arg(owner).arg(keep_ms).arg(timings.reservation_ms);
+    // PUBLISH, the script's default, is left out when nothing follows.
+    if cluster || publish_every_release {
+        script.arg(publish);
+    }
     if publish_every_release {
         script.arg("1");
     }

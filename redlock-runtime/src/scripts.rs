@@ -210,7 +210,8 @@ pub(crate) fn all() -> [&'static Lua; 11] {
     ]
 }
 
-/// KEYS: lock, fence counter, waitlist, and with RedLock the restart marker. The
+/// KEYS: lock, fence counter, waitlist, and with RedLock the restart marker (off a
+/// cluster, without the marker, the lock key alone: the other two are derived). The
 /// waitlist's expiries key is derived from the waitlist's (see [`companion_of`]): one
 /// key fewer to send and to read on every call. On a cluster it is declared instead, as
 /// KEYS[5] (KEYS[4] is then the lock key again, untouched): while its slot migrates, a
@@ -221,7 +222,8 @@ pub(crate) fn all() -> [&'static Lua; 11] {
 /// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
 /// earlier attempt may have registered it on the waitlist, how long a registration
-/// outlives the holder's lease (ms), the publish command; then, only when needed, the
+/// outlives the holder's lease (ms), the publish command (left out off a cluster when
+/// nothing follows it: PUBLISH is the default); then, only when needed, the
 /// owner token of a same-client holder handing the lock off (its lock, if still there,
 /// is deleted first: see `turn`'s hand-off), the restart quarantine in ms (RedLock
 /// only) and, with a hand-off, how long its evidence lasts in ms. The release channel
@@ -275,6 +277,11 @@ pub(crate) fn all() -> [&'static Lua; 11] {
 pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(format!(
         r#"
+-- Off a cluster, and without a restart marker, only the lock key is sent: the fencing
+-- counter and the waitlist are derived, and the publish command (ARGV[7]) defaults to
+-- PUBLISH. Each argument costs Redis a parse and a Lua string on every acquisition.
+local KEYS = {{KEYS[1], KEYS[2] or '{FENCE_KEY}', KEYS[3] or '{WAITLIST_PREFIX}' .. KEYS[1], KEYS[4], KEYS[5], KEYS[6]}}
+local publish = ARGV[7] or 'PUBLISH'
 local boot, left = 0, 0
 if ARGV[9] and ARGV[9] ~= '' then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
@@ -363,14 +370,14 @@ if acquired then
       -- its lease announced, which may end sooner than the one they were told (as a
       -- lapsed grant's check announces the grant it passes on).
       redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
-      redis.call(ARGV[7], {channel}, 'T:' .. ARGV[2])
+      redis.call(publish, {channel}, 'T:' .. ARGV[2])
     end
   end
   if (reserved and not taken_grant) or handed_off == 1 then
     -- The key changed hands: tell the other waiters when the new lease ends, which may
     -- be sooner than the lease they were told (tests/model.rs found them asleep on a
     -- free key otherwise).
-    redis.call(ARGV[7], {channel}, 'T:' .. ARGV[2])
+    redis.call(publish, {channel}, 'T:' .. ARGV[2])
   end
   if handed_off == 0 and boot == 0 then
     -- The common case, as one integer: a reply the client reads without an array.
@@ -393,11 +400,7 @@ if ARGV[4] ~= '' then
   end
   local expiries = {expiries}
   registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
-  redis.call('ZADD', expiries, ms + ttl + tonumber(ARGV[6]), ARGV[4])
-  local latest = redis.call('ZRANGE', expiries, -1, -1, 'WITHSCORES')
-  local keep = math.max(1, tonumber(latest[2]) - ms)
-  redis.call('PEXPIRE', KEYS[3], keep)
-  redis.call('PEXPIRE', expiries, keep)
+  {register}
 end
 -- The token this attempt took is the grant floor: every grant made before it has a
 -- lower one, every grant made after it a higher one. The server clock, and whether
@@ -421,8 +424,36 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
             companion_of("KEYS[1]", "KEYS[3]", WAITLIST_EXPIRY_PREFIX)
         ),
         mark_contended = mark_contended("KEYS[1]", "value"),
+        register = register_expiry(
+            "KEYS[3]",
+            "expiries",
+            "ARGV[4]",
+            "ms + ttl + tonumber(ARGV[6])"
+        ),
     ))
 });
+
+/// Lua that records when the registration `id` on the line `line` lapses (`until_ms`,
+/// server clock) in the line's expiries `expiries`, and makes both keys last until the
+/// latest registration lapses. The latest is read before this one is written: when this
+/// one lapses no later (waiters of one lock are registered until its end, so that is
+/// the common case), both keys already last long enough (each was given the latest's
+/// expiry when it was written, and removing a registration shortens nothing), and
+/// neither is touched. Expects the server clock in ms in `ms`.
+fn register_expiry(line: &str, expiries: &str, id: &str, until_ms: &str) -> String {
+    format!(
+        r#"
+  local lapses = {until_ms}
+  local latest = redis.call('ZRANGE', {expiries}, -1, -1, 'WITHSCORES')[2]
+  redis.call('ZADD', {expiries}, lapses, {id})
+  if not latest or lapses > tonumber(latest) then
+    local keep = math.max(1, lapses - ms)
+    redis.call('PEXPIRE', {line}, keep)
+    redis.call('PEXPIRE', {expiries}, keep)
+  end
+"#
+    )
+}
 
 /// Several free keys taken in one step (`LockClient::lock_all` on one server, or keys
 /// of one Cluster slot), in the caller's (canonical) order: every key up to the first
@@ -479,9 +510,14 @@ return tokens
 /// acquire script rather than called: a Lua function is a closure made anew on every
 /// run of the script that defines it.
 fn next_token(fence: &str) -> String {
+    next_token_at(fence, "redis.call('TIME')")
+}
+
+/// [`next_token`] with the server clock `now` (a `TIME` reply) already read.
+fn next_token_at(fence: &str, now: &str) -> String {
     format!(
         r#"
-local now = redis.call('TIME')
+local now = {now}
 local micros = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
 local clock = micros
 local token = tonumber(clock)
@@ -763,11 +799,7 @@ if busy_for then
   local registered = 0
   if ARGV[6] ~= '' then
     registered = redis.call('ZADD', KEYS[2], 'NX', ms, ARGV[6])
-    redis.call('ZADD', KEYS[3], ms + busy_for + tonumber(ARGV[8]), ARGV[6])
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    local keep = math.max(1, tonumber(last[2]) - ms)
-    redis.call('PEXPIRE', KEYS[2], keep)
-    redis.call('PEXPIRE', KEYS[3], keep)
+    {register}
   end
   -- The grant floor (see ACQUIRE): no token was taken on this path, so what the next
   -- one would be at least: the counter, or the clock (µs) less one, whichever is higher
@@ -805,6 +837,12 @@ return {{1, token, handed_off, 0}}
         writer = is_writer("id"),
         settle_shares = &*SETTLE_SHARES_FN,
         free_for_next = &*FREE_FOR_NEXT,
+        register = register_expiry(
+            "KEYS[2]",
+            "KEYS[3]",
+            "ARGV[6]",
+            "ms + busy_for + tonumber(ARGV[8])"
+        ),
     ))
 });
 
@@ -874,14 +912,16 @@ end
 "#;
 
 /// (`redis.pcall`: a key holding another type is simply not ours; nothing is touched.)
-/// KEYS: lock, waitlist; off the common path the script derives from them (see
+/// KEYS: lock, waitlist (off a cluster the lock alone: the waitlist is derived); off
+/// the common path the script derives from them (see
 /// [`companion_of`]) the waitlist's expiries, the eviction marker and the holders (of a
 /// key held in shares), as KEYS[3..5] of a local `KEYS`: the layout the shared
 /// functions read. On a cluster those three are declared instead (see `ACQUIRE` for
 /// why), and the share names (see [`NAMES_PREFIX`]) as `KEYS[6]`. ARGV: owner
 /// token, ms to keep the key (0: release it), grace of a
-/// reservation (ms), publish command (PUBLISH, or SPUBLISH on a cluster), and "1" to
-/// publish every release (RedLock: see `Node`), else nothing.
+/// reservation (ms), publish command (SPUBLISH on a cluster; elsewhere PUBLISH, which is
+/// the default when it is left out), and "1" to publish every release (RedLock: see
+/// `Node`), else nothing.
 /// A share (read lock, permit) is released by the same script (see `release_share`).
 /// Returns 1 when released (deleted, or reserved for the waitlist's head), 2 when kept
 /// for `hold_at_least`, 3 when released by a grant to the waitlist's head, 4 when so and
@@ -901,18 +941,26 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
         r#"
 local value = redis.pcall('GET', KEYS[1])
 local ours = {ours}
-if ours and ARGV[2] == '0' and not ARGV[5] and string.find(value, '^%S+ %d+ %d+ ') then
-  redis.call('DEL', KEYS[1])
-  return 1
+if ours and ARGV[2] == '0' and not ARGV[5] then
+  -- Uncontended: no `{CONTENDED}` ends the start time, the field after the token (plain
+  -- finds: a pattern costs several times as much on this path).
+  local token_ends = string.find(value, ' ', #ARGV[1] + 2, true)
+  local since_ends = token_ends and string.find(value, ' ', token_ends + 1, true)
+  if since_ends and string.byte(value, since_ends - 1) ~= {contended_byte} then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
 end
 -- Defined only off the common path: each definition costs every run that makes it.
-local channel, publish, grace = {channel}, ARGV[4], ARGV[3]
+-- Off a cluster the waitlist is derived, and the publish command defaults to PUBLISH.
+local waitlist = KEYS[2] or '{WAITLIST_PREFIX}' .. KEYS[1]
+local channel, publish, grace = {channel}, ARGV[4] or 'PUBLISH', ARGV[3]
 -- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
 -- is Redis's to fill) with the companions added.
 -- The fencing counter and the share names, for a grant (see `free_for_next`).
 local fence = KEYS[7] or '{FENCE_KEY}'
 local names = KEYS[6] or {names}
-local KEYS = {{KEYS[1], KEYS[2], KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
+local KEYS = {{KEYS[1], waitlist, KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
 {free_for_next}
 if not ours then
   {gone}{SERVER_MS_FN}{settle_shares}{GRANT_PERMITS_FN}{RELEASE_SHARE_FN}
@@ -935,12 +983,13 @@ end
 return 1
 "#,
         ours = owned_by("value", "ARGV[1]"),
-        names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
+        contended_byte = CONTENDED as u8,
+        names = companion_of("KEYS[1]", "waitlist", NAMES_PREFIX),
         free_for_next = &*FREE_FOR_NEXT,
-        channel = companion_of("KEYS[1]", "KEYS[2]", RELEASE_CHANNEL_PREFIX),
-        expiries = companion_of("KEYS[1]", "KEYS[2]", WAITLIST_EXPIRY_PREFIX),
-        forced = companion_of("KEYS[1]", "KEYS[2]", FORCED_PREFIX),
-        holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
+        channel = companion_of("KEYS[1]", "waitlist", RELEASE_CHANNEL_PREFIX),
+        expiries = companion_of("KEYS[1]", "waitlist", WAITLIST_EXPIRY_PREFIX),
+        forced = companion_of("KEYS[1]", "waitlist", FORCED_PREFIX),
+        holders = companion_of("KEYS[1]", "waitlist", HOLDERS_PREFIX),
         gone = &*GONE,
         settle_shares = &*SETTLE_SHARES_FN,
     ))
@@ -1019,8 +1068,9 @@ end
 -- (The grantee's confirmation tells it `C <id>`: see [`EXTEND`].) True when a client
 -- heard it (a count above 0 is a listener, on a cluster too): that waiter covers the
 -- lapse, and the releasing client need not check (see `free_for_next`).
-local function tell_next(px)
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, 2)) do
+-- `behind`: the next three members of the line when the caller has read them already.
+local function tell_next(px, behind)
+  for _, member in ipairs(behind or redis.call('ZRANGE', KEYS[2], 0, 2)) do
     local id = string.match(member, '^({OWNER_PATTERN}) %d+ ')
     if not id then
       return false
@@ -1092,14 +1142,23 @@ local function drop_expired_waiters()
   return ms
 end
 local function free_for_next(fence, before, holders, names)
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    local ms = drop_expired_waiters()
-    while true do
-      local line = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-      local head = line[1]
-      if not head then
-        break
+  -- The head and the three behind it in one read: who is granted, and who is told when
+  -- that grant lapses (`tell_next`). An empty line costs this read alone.
+  local line = redis.call('ZRANGE', KEYS[2], 0, 3, 'WITHSCORES')
+  if line[1] then
+    -- One clock for dropping expired waiters and for the grant's token.
+    local now = redis.call('TIME')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)
+    if expired[1] then
+      for _, gone in ipairs(expired) do
+        redis.call('ZREM', KEYS[2], gone)
+        redis.call('ZREM', KEYS[3], gone)
       end
+      line = redis.call('ZRANGE', KEYS[2], 0, 3, 'WITHSCORES')
+    end
+    while line[1] do
+      local head = line[1]
       local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
       local share_id, _, _, limit = share_waiter(head)
       if fence and share_id and holders then
@@ -1124,7 +1183,7 @@ local function free_for_next(fence, before, holders, names)
           redis.call(publish, channel, 'R:' .. head)
           return false
         end
-        {token}
+        {token_now}
         local px = math.min(tonumber(grace), tonumber(lease))
         redis.call('SET', KEYS[1], id .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. name, 'PX', px)
         if tell_granted(id, clock, math.max(0, ms - tonumber(line[2])), px) > 0 then
@@ -1135,11 +1194,12 @@ local function free_for_next(fence, before, holders, names)
             -- says nothing.
             redis.call(publish, channel, 'T:' .. lease)
           end
-          return true, tell_next(px)
+          return true, tell_next(px, {{line[3], line[5], line[7]}})
         end
         -- Nobody of its client listens (its process died, its connection dropped):
         -- the next in line. (The token stays used: tokens only need to rise.)
       end
+      line = redis.call('ZRANGE', KEYS[2], 0, 3, 'WITHSCORES')
     end
   end
   redis.call('DEL', KEYS[1])
@@ -1148,6 +1208,7 @@ local function free_for_next(fence, before, holders, names)
 end
 "#,
         token = next_token("fence"),
+        token_now = next_token_at("fence", "now"),
         tag = slot_tag_of_waitlist(),
         READER_ID_PREFIX_0 = &READER_ID_PREFIX[..1],
         PERMIT_ID_PREFIX_0 = &PERMIT_ID_PREFIX[..1],

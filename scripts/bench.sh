@@ -25,6 +25,10 @@
 # processes' common start and their ratio to one single-key acquisition, violations
 # (overlapping holds of an account), timeouts, and the ledger's balances (on a second
 # redis-server) against the transfers reported.
+# The fenced-minimum scenario (issue 34) sets redlock's uncontended cycle against the
+# minimal fenced lock (one small script taking max(counter + 1, server clock µs), and a
+# compare-and-delete), at 1 and 64 tasks on keys of their own: Redis CPU (INFO cpu) and
+# commands per cycle, cycles per second, and the 1-task p50 in RTT.
 # scripts/profile.sh profiles the uncontended path.
 #
 #   scripts/bench.sh                   # the full run (about 75 s here, plus about
@@ -40,6 +44,8 @@
 #   scripts/bench.sh --only distributed [--distributed-holds 20]
 #                                      # separate processes on one key alone (about
 #                                      # 10 s here); holds per process
+#   scripts/bench.sh --only fenced_minimum
+#                                      # redlock against the minimal fenced lock alone
 #   scripts/bench.sh --only multi_key [--multi-key-transfers 25]
 #                                      # several keys as one (issue 35) alone; transfers
 #                                      # per process

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::fenced_minimum::{FencedGuard, FencedMinimum};
+
 /// Lease of every lock the scenarios take: far longer than any hold, so that a lease
 /// running out never hands a lock on.
 pub const LEASE: Duration = Duration::from_secs(10);
@@ -13,12 +15,15 @@ pub const WAIT: Duration = Duration::from_secs(120);
 pub enum Lock {
     Redlock(redlock_runtime::LockClient),
     Rslock(rslock::LockManager),
+    /// The yardstick, taken uncontended only (see `fenced_minimum`).
+    Fenced(FencedMinimum),
 }
 
 #[derive(Debug)]
 pub enum Guard {
     Redlock(redlock_runtime::LockGuard),
     Rslock(rslock::LockGuard),
+    Fenced(FencedGuard),
 }
 
 impl Lock {
@@ -40,6 +45,7 @@ impl Lock {
         match self {
             Lock::Redlock(_) => "redlock",
             Lock::Rslock(_) => "rslock",
+            Lock::Fenced(_) => "fenced-minimum",
         }
     }
 
@@ -61,6 +67,7 @@ impl Lock {
                     .await
                     .unwrap_or_else(|error| panic!("rslock acquire {key}: {error}")),
             ),
+            Lock::Fenced(lock) => Guard::Fenced(lock.acquire(key, LEASE).await),
         }
     }
 }
@@ -71,6 +78,7 @@ impl Guard {
             Guard::Redlock(guard) => guard.release().await.expect("redlock release"),
             // rslock's release is best effort and reports nothing.
             Guard::Rslock(guard) => guard.release().await,
+            Guard::Fenced(guard) => guard.release().await,
         }
     }
 }

@@ -132,7 +132,7 @@ fn user_system_ticks() -> (u64, u64) {
 
 /// `INFO commandstats` and `INFO cpu` in one round trip (two commands, so that Redis
 /// before 7, whose INFO takes one section, reads them too).
-async fn redis_counters(
+pub async fn redis_counters(
     connection: &mut redis::aio::MultiplexedConnection,
 ) -> (BTreeMap<String, (u64, u64)>, f64) {
     let (stats, cpu): (String, String) = redis::pipe()

@@ -67,7 +67,7 @@ impl std::io::Write for Counting {
 
 /// `tasks` tasks, each cycling on a key of its own for `duration`: the cycles, the
 /// time from the first start to the last end, and every cycle's duration.
-async fn cycles(
+pub async fn cycles(
     lock: &Lock,
     tasks: usize,
     duration: Duration,

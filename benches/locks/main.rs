@@ -22,6 +22,7 @@ mod context;
 mod cost;
 mod distinct_keys;
 mod distributed;
+mod fenced_minimum;
 mod handoff;
 mod handoff_trace;
 mod monitor;
@@ -46,8 +47,9 @@ use uncontended::Uncontended;
 
 /// The scenarios `--only` can name, in the order they run. `tracing_info` installs a
 /// global tracing subscriber, which cannot be removed: it stays last.
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 14] = [
     "uncontended",
+    "fenced_minimum",
     "throughput",
     "contention",
     "handoff",
@@ -196,6 +198,10 @@ async fn run(options: Options) {
         let server_time = redis_time::run(&mut bench).await;
         uncontended.report(&mut bench, server_time);
         rtt = Some(uncontended.rtt());
+    }
+    // redlock's uncontended cycle against the minimal fenced lock's (issue 34).
+    if options.runs("fenced_minimum") {
+        fenced_minimum::run(&mut bench).await;
     }
     if options.runs("throughput") {
         throughput::run(&mut bench, &cycle_commands).await;

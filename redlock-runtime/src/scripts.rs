@@ -241,7 +241,8 @@ pub(crate) fn all() -> [&'static Lua; 11] {
 /// writer that died without leaving the line.
 ///
 /// The path without contention is three commands: `TIME`, the fencing counter's
-/// `SET … GET` and the lock's `SET NX PX` with its final value. An attempt that finds
+/// `SET … GET` and the lock's `SET NX PX GET` with its final value (Redis 7.0: on a busy
+/// key, the same call answers what holds it). An attempt that finds
 /// the key busy marks the holder's lock *contended* (see [`CONTENDED`]), so that its
 /// release is published; a lock that nobody found busy is released without a message.
 ///
@@ -332,12 +333,13 @@ local head = ARGV[1] .. ' ' .. clock .. ' ' .. since_ms
 local tail = ' ' .. ARGV[3]
 local contended = ''
 if handed_off == 1 then contended = '{CONTENDED}' end
-local acquired = redis.call('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2])
+-- Taken if free; otherwise `GET` answers what holds it, in the same call (an error for
+-- a key of another type: not a lock).
+local value = redis.pcall('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2], 'GET')
+local acquired = not value
 local reserved = false
 local taken_grant = false
-local value
 if not acquired then
-  value = redis.pcall('GET', KEYS[1])
   -- A release granted the key to this waiter while this attempt was on its way (see
   -- `free_for_next`): the attempt takes it, as it would a reservation.
   local granted_to = ARGV[4] ~= '' and string.match(ARGV[4], '^(%S+) ')

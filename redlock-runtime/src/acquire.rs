@@ -543,6 +543,11 @@ struct Attempts<'a, K> {
     /// The highest grant floor a busy reply gave (see `node::Attempt::Busy`): a grant
     /// message whose token is not above it is stale.
     grant_floor: u64,
+    /// When a grant made to the waiter ahead lapses unless confirmed (`N`, until `C`):
+    /// kept across attempts, since an attempt made meanwhile may be told a longer wait
+    /// than the lapse (a grant not confirmed yet, with a dead waiter's registration
+    /// ahead in line: see `scripts::UNCONFIRMED`), and this waiter covers the lapse.
+    lapse_check: Option<Instant>,
     backoff: Duration,
     /// Counts this task in `redlock_waiting` from its first wait for a holder (or for
     /// Redis) until the acquisition ends.
@@ -562,6 +567,7 @@ impl<'a, K: Kind> Attempts<'a, K> {
             place,
             listeners: Vec::new(),
             grant_floor: 0,
+            lapse_check: None,
             backoff: RETRY_BACKOFF.0,
             waiting: None,
         }
@@ -671,12 +677,12 @@ impl<'a, K: Kind> Attempts<'a, K> {
         }
         let lease_end = sent_at + ttl + Duration::from_millis(1);
         let mut fallback: Option<Instant> = None;
-        // When a grant made to the waiter ahead lapses, unless confirmed (`N`/`C`).
-        let mut lapse_check: Option<Instant> = None;
+        // A lapse check already passed was acted on by the attempt that followed it.
+        self.lapse_check = self.lapse_check.filter(|at| *at > sent_at);
         loop {
             let wake_at = fallback
                 .map_or(lease_end, |at| at.min(lease_end))
-                .min(lapse_check.unwrap_or(lease_end))
+                .min(self.lapse_check.unwrap_or(lease_end))
                 .min(plan.deadline);
             let released = futures_util::future::select_all(
                 self.listeners
@@ -690,8 +696,8 @@ impl<'a, K: Kind> Attempts<'a, K> {
                     Wake::Now => break,
                     Wake::By(at) => fallback = Some(at),
                     Wake::AtLeaseEnd => fallback = None,
-                    Wake::IfUnconfirmedBy(at) => lapse_check = Some(at),
-                    Wake::Confirmed => lapse_check = None,
+                    Wake::IfUnconfirmedBy(at) => self.lapse_check = Some(at),
+                    Wake::Confirmed => self.lapse_check = None,
                 },
                 _ = tokio::time::sleep_until(wake_at) => break,
             }

@@ -333,9 +333,13 @@ local head = ARGV[1] .. ' ' .. clock .. ' ' .. since_ms
 local tail = ' ' .. ARGV[3]
 local contended = ''
 if handed_off == 1 then contended = '{CONTENDED}' end
--- Taken if free; otherwise `GET` answers what holds it, in the same call (an error for
--- a key of another type: not a lock).
+-- Taken if free; otherwise `GET` answers what holds it, in the same call (WRONGTYPE for
+-- a key of another type: not a lock). Any other error is the server's (before 7.0,
+-- NX with GET is a syntax error) and goes to the client as it is, named.
 local value = redis.pcall('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2], 'GET')
+if type(value) == 'table' and value.err and not string.find(value.err, '^WRONGTYPE') then
+  return redis.error_reply('redlock needs Redis 7.0 or newer (SET NX GET): ' .. value.err)
+end
 local acquired = not value
 local reserved = false
 local taken_grant = false
@@ -451,10 +455,9 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
 /// message to the line), and every waiter that joined while the grant was young would
 /// otherwise wake at its lapse and attempt for nothing — one script more per
 /// acquisition once a waiter waits longer than a grace (48 processes holding 1.6 ms
-/// each). The first in line keeps the grace: it covers the lapse of a grant nobody
-/// picks up, as the waiter told `N` does; the waiters behind it fall back on their own
-/// lease only when that one is down too (stopped or gone), as behind the waiter told
-/// `N` (tests/model.rs).
+/// each). The lapse of a grant nobody picks up stays the waiter told `N`'s (its client
+/// keeps the lapse across its attempts), or else the releasing client's; the first in
+/// line keeps the grace as one more cover (tests/model.rs checks the rule).
 pub(crate) const UNCONFIRMED: char = '0';
 
 /// Lua that records when the registration `id` on the line `line` lapses (`until_ms`,

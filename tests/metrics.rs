@@ -643,6 +643,18 @@ async fn readers_waiting_on_a_writer_in_other_clients_are_granted_together() {
                 == n.to_string()
         })
         .await;
+        // And listening: a grant that reaches no subscriber goes to the next in line,
+        // and a reader still subscribing then takes its share with an attempt of its own
+        // (seen under load: 2 grants, not 3).
+        until("the reader listens", || {
+            server
+                .cli(&["PUBSUB", "CHANNELS", "redlock:granted:*:m:grant-readers"])
+                .lines()
+                .filter(|line| !line.trim().is_empty())
+                .count()
+                == n
+        })
+        .await;
     }
     let writer_token = held.fencing_token();
     held.release().await.unwrap();

@@ -49,10 +49,11 @@
 //!   it is gone); when the granted lease is shorter than the lock released (always,
 //!   for a LEAVE_WAITLIST's or a check's grant), it announces it (`T:<ms>`) on the
 //!   key's channel. The grantee holds from the message alone, its lease counted from
-//!   the grant (the client's conservative estimate: exact here), and at once
-//!   **confirms** (EXTEND with the owner check, to its full lease; a failed one marks
-//!   the lock lost: the grant was evicted, or its grantee paused past the grace before
-//!   confirming). An **attempt** that finds the key granted to it takes it (full
+//!   the grant (the client's conservative estimate: exact here), and **confirms**
+//!   (EXTEND with the owner check, to its full lease; a failed one marks the lock
+//!   lost: the grant was evicted, or its grantee paused past the grace before
+//!   confirming) a quarter of the grace later — within the tick here — unless it
+//!   **released** first (a short hold never confirms: its release frees the grant). An **attempt** that finds the key granted to it takes it (full
 //!   lease, fresh token, and no message: a grant of a shorter lease than the lock it
 //!   replaced was announced when it was made, and the lease taken now ends later). A grant message can race its waiter's attempt
 //!   (issue 33): it reaches a waiter whose attempt is due (woken by its timer or a
@@ -1342,8 +1343,12 @@ impl Model for Protocol {
                     }
                     Phase::Waiting { .. } => actions.push(Action::GiveUp(p, t)),
                     Phase::Holding(guard) if !guard.confirmed => {
-                        // Sent at once, in the background.
+                        // Sent a quarter of the grace after the grant, in the
+                        // background (within the tick here), unless the holder released
+                        // first: a short hold never confirms, and its release frees the
+                        // grant itself.
                         actions.push(Action::Confirm(p, t));
+                        actions.push(Action::Release(p, t));
                         due = true;
                     }
                     Phase::Holding(guard) => {

@@ -54,6 +54,11 @@ pub(crate) struct HeldLock {
     pub(crate) watchdog_id: Option<u64>,
     /// Its entry among the client's held locks.
     id: u64,
+    /// Set once it is let go (see [`Core::let_go`]): a grant's confirmation, due a
+    /// while after the grant, is then never sent (see `LockGuard::confirm_grant`).
+    /// Held while the confirmation is queued on the connection, so that the
+    /// confirmation goes ahead of the release or not at all.
+    let_go: Mutex<bool>,
 }
 
 impl HeldLock {
@@ -77,7 +82,21 @@ impl HeldLock {
             state,
             watchdog_id,
             id: 0,
+            let_go: Mutex::new(false),
         }
+    }
+
+    /// Runs `queue` (which queues a command for this lock on its connection) unless
+    /// the lock was let go, and returns what it returned: a command queued here goes
+    /// ahead of the lock's release, which is queued only after [`HeldLock::let_go`].
+    pub(crate) fn unless_let_go<R>(&self, queue: impl FnOnce() -> R) -> Option<R> {
+        let let_go = self.let_go.lock().unwrap_or_else(|e| e.into_inner());
+        (!*let_go).then(queue)
+    }
+
+    /// Its guard, or the client's shutdown, is about to release it.
+    fn let_go(&self) {
+        *self.let_go.lock().unwrap_or_else(|e| e.into_inner()) = true;
     }
 
     /// How long a release now must keep the key for `hold_at_least` (ms; 0: free it).
@@ -262,7 +281,11 @@ impl Core {
     /// Takes `lock` off the client's held locks before its guard releases it; false
     /// when [`Core::shutdown`] took it first (and released it).
     pub(crate) fn let_go(&self, lock: &HeldLock) -> bool {
-        self.held().locks.remove(&lock.id).is_some()
+        let ours = self.held().locks.remove(&lock.id).is_some();
+        if ours {
+            lock.let_go();
+        }
+        ours
     }
 
     /// Runs `work` — the release of `key` by `owner`, or the clean-up of an
@@ -327,6 +350,7 @@ impl Core {
             held.locks.drain().map(|(_, lock)| lock).collect()
         };
         for lock in &locks {
+            lock.let_go();
             if let Some(id) = lock.watchdog_id {
                 self.watchdog.forget(id);
             }

@@ -105,22 +105,43 @@ impl LockGuard {
 
     /// Confirms a lock granted by another client's release (see `scripts`'
     /// `free_for_next`), which holds it for the grace only: extends it to `lease` in the
-    /// background, so that the holder's work starts at once. The extension is queued on
-    /// the connection before this returns, ahead of any release of the guard. Until it
-    /// is answered the lock is surely ours for the grace counted from the grant; if it
-    /// finds the lock gone (the grant lapsed first), the lock is lost.
-    pub(crate) fn confirm_grant(&self, lease: Duration, lease_ms: u64) {
+    /// background at `due` (a quarter of the grace after the grant, see
+    /// `acquire::confirmation_due`), so that the holder's work starts at once, and a
+    /// hold shorter than that never confirms: its release frees the grant as it would
+    /// the lease, and Redis runs one script less per hand-off. Until the confirmation is
+    /// answered the lock is surely ours for the grace counted from the grant; if it
+    /// finds the lock gone (the grant lapsed first: this process was stopped past the
+    /// grace), the lock is lost. A confirmation is queued on the connection before the
+    /// guard's release, or never sent (see `HeldLock::unless_let_go`).
+    pub(crate) fn confirm_grant(&self, lease: Duration, lease_ms: u64, due: Instant) {
         let Some(held) = &self.held else {
             return;
         };
         let (client, lock, key) = (held.client.clone(), held.lock.clone(), self.key.clone());
-        let valid_for = client.masters().validity(lease);
-        let ticket = lock.state.start_update(Instant::now(), valid_for);
         let mut confirmation = Box::pin(async move {
-            let extended = client
-                .masters()
-                .confirm_grant(&key, &lock.owner, lease_ms)
-                .await;
+            if due > Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
+            let valid_for = client.masters().validity(lease);
+            let sent_at = Instant::now();
+            let mut extension =
+                std::pin::pin!(client.masters().confirm_grant(&key, &lock.owner, lease_ms));
+            // One poll queues the extension; the ticket is taken before it is sent.
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(lock.unless_let_go(|| {
+                    let ticket = lock.state.start_update(sent_at, valid_for);
+                    (ticket, extension.as_mut().poll(cx))
+                }))
+            })
+            .await;
+            // Let go first: the release frees the grant, confirmed or not.
+            let Some((ticket, polled)) = first else {
+                return;
+            };
+            let extended = match polled {
+                std::task::Poll::Ready(extended) => extended,
+                std::task::Poll::Pending => extension.await,
+            };
             let ours = matches!(extended, Ok(Verdict::Ours));
             lock.state.finish_update(ticket, ours);
             match extended {
@@ -135,8 +156,8 @@ impl LockGuard {
                 }
             }
         });
-        // One poll sends the extension, so that it reaches Redis before a release the
-        // guard may send right after this.
+        // One poll here: a confirmation due already is queued before this returns
+        // (ahead of any release of the guard); a later one sleeps in a task.
         let waker = std::task::Waker::noop();
         let polled = std::future::Future::poll(
             confirmation.as_mut(),

@@ -182,7 +182,8 @@ impl MultiLockRequest {
                 wait_until(deadline, now, &remaining, self.lease).saturating_duration_since(now);
             let mut request = LockRequest::new(self.client.clone(), key.clone())
                 .wait(left)
-                .labelled(self.label.clone());
+                .labelled(self.label.clone())
+                .confirming_grants_at_once();
             if let Some(lease) = self.lease {
                 request = request.lease(lease);
             }

@@ -408,7 +408,7 @@ if ARGV[4] ~= '' then
   registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
   if string.find(value, '^%x+:%x+ %d+ {UNCONFIRMED}%d+{CONTENDED} ')
       and redis.call('ZRANK', KEYS[3], ARGV[4]) > 0 then
-    -- A grant not confirmed yet (its grantee confirms a round trip later), with
+    -- A grant not confirmed yet (its grantee confirms a while later, or releases), with
     -- another waiter ahead in line: that one covers the grant's lapse (see
     -- `UNCONFIRMED`), so this one sleeps its own lease, not the grace, and its
     -- registration lasts as long.
@@ -451,8 +451,9 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
 /// (`<id> <token> 0<since ms>~ <name>`: a start time never begins with 0, and the
 /// value still reads as a lock's). An attempt that finds the key so granted, with
 /// another waiter ahead of it in line, is told its own lease rather than the grant's
-/// grace: the grantee confirms a round trip later (which extends the key without a
-/// message to the line), and every waiter that joined while the grant was young would
+/// grace: the grantee confirms later (a quarter of the grace after the grant, which
+/// extends the key without a message to the line) or releases first (which grants the
+/// next in line), and every waiter that joined while the grant was young would
 /// otherwise wake at its lapse and attempt for nothing — one script more per
 /// acquisition once a waiter waits longer than a grace (48 processes holding 1.6 ms
 /// each). The lapse of a grant nobody picks up stays the waiter told `N`'s (its client
@@ -1043,8 +1044,10 @@ pub(crate) const GRANT_CHANNEL_PREFIX: &str = "redlock:granted:";
 /// the grace only, and told alone, on its client's grant channel (see
 /// [`GRANT_CHANNEL_PREFIX`]): `G <id> <token> <ms since it registered> <grace ms>` (the
 /// releasing client's grace, which the grant lasts unconfirmed). It learns from
-/// that message that it holds the lock, and confirms in the background (an extension
-/// to its lease); unconfirmed, the grant lapses with the grace. A grant no client hears
+/// that message that it holds the lock, and confirms in the background a quarter of the
+/// grace later (an extension to its lease), unless it released first: a short hold's
+/// release frees the grant as it would a confirmed lock. Unconfirmed, the grant lapses
+/// with the grace. A grant no client hears
 /// (its process died, its connection dropped) goes to the next in line at once — on one
 /// server: on a cluster the publish's count leaves out the shard's replicas, whose
 /// subscribers hear it too, so the grant stands, and lapses with the grace if unheard. A grant

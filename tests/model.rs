@@ -117,7 +117,10 @@
 //!   waits), cancellation clean-up, RedLock, Cluster, Sentinel; with grants: readers
 //!   and semaphores (granted together), a waitlist mixing grant-capable waiters with
 //!   older clients', a Redis restart, the client's drift allowance, a confirmation
-//!   delayed past the body's release (it is sent first), a grant parked for a waiter
+//!   delayed past the body's release (it is queued before the release or never sent),
+//!   an `extend` or renewal before the confirmation (an `extend` confirms in its
+//!   place), a grant released inside its client (never handed off: too little lease
+//!   left), a grant parked for a waiter
 //!   that does not listen yet (`unclaimed`: the model's grant reaches only a listening
 //!   waiter, and is taken by its attempt otherwise). A grant tells the grantee's client
 //!   nothing else: a grant for a waiter of the client that already left is no news for

@@ -490,7 +490,7 @@ impl<K: Kind> Plan<K> {
     ) -> Result<LockGuard, LockError> {
         let (lease, lease_ms) = (self.lease, self.lease_ms);
         let label = self.label.clone();
-        let due = match self.confirm_at_once {
+        let due = match self.confirm_at_once || on_one_thread() {
             true => Instant::now(),
             false => confirmation_due(granted_at, grace),
         };
@@ -542,15 +542,32 @@ impl<K: Kind> Plan<K> {
 }
 
 /// When the grantee of a lock granted at `granted_at` (the client's conservative
-/// estimate) for `grace` confirms it: a quarter of the grace later. A hold that ends
-/// sooner — most do, at the default 100 ms — never confirms, and its release frees the
-/// grant as it would the lease: the confirmation's script and its `C` to the next in
-/// line are saved. Three quarters of the grace stay for the confirmation to reach
-/// Redis (a process starved longer loses the lock, which its guard then reports, as a
-/// grant read late would). The next in line, told the grant's lapse (`N`), learns of
-/// the confirmation (`C`) before the lapse, or of the release (`G`, another `N`).
+/// estimate) for `grace` confirms it, on a multi-thread runtime (see [`on_one_thread`]):
+/// a quarter of the grace later. A hold that ends sooner — most do, at the default
+/// 100 ms — never confirms, and its release frees the grant as it would the lease: the
+/// confirmation's script and its `C` to the next in line are saved. Three quarters of
+/// the grace stay for the confirmation to reach Redis (a process starved longer loses
+/// the lock, which its guard then reports, as a grant read late would). An `extend`
+/// made before then confirms in its place. The next in line, told the grant's lapse
+/// (`N`), learns of the confirmation (`C`) before the lapse, or of a release through
+/// Redis (`G`, another `N`); a release kept for `hold_at_least` tells it nothing, and
+/// it attempts at the lapse for nothing. (A lock granted unconfirmed is not handed off
+/// inside its client: see `hand_off::leaves_time_to_hand_off`.)
 pub(crate) fn confirmation_due(granted_at: Instant, grace: Duration) -> Instant {
     granted_at + grace / 4
+}
+
+/// A current-thread runtime confirms a grant at once, as the guard is made (the
+/// confirmation is queued before `acquire` returns, and goes out at the holder's first
+/// `.await`): there, a timer due during the holder's work runs only when that work
+/// yields, and work that computes or blocks past the grace after a single `.await`
+/// would lose the lock to the lapse. (A multi-thread runtime runs the timer on another
+/// worker; one whose every worker is blocked that long starves it too, as it starves
+/// the watchdog's renewals.)
+fn on_one_thread() -> bool {
+    tokio::runtime::Handle::try_current().map_or(true, |runtime| {
+        runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+    })
 }
 
 /// What one attempt sent and found.

@@ -54,11 +54,23 @@ pub(crate) struct HeldLock {
     pub(crate) watchdog_id: Option<u64>,
     /// Its entry among the client's held locks.
     id: u64,
-    /// Set once it is let go (see [`Core::let_go`]): a grant's confirmation, due a
-    /// while after the grant, is then never sent (see `LockGuard::confirm_grant`).
-    /// Held while the confirmation is queued on the connection, so that the
-    /// confirmation goes ahead of the release or not at all.
-    let_go: Mutex<bool>,
+    /// Where a granted lock's confirmation stands (see `LockGuard::confirm_grant`).
+    /// Held while the confirmation is queued on the connection, so that it goes ahead
+    /// of the release or not at all.
+    confirmation: Mutex<Confirmation>,
+}
+
+/// A granted lock's confirmation: due a while after the grant, it is sent once — by its
+/// timer, or by an `extend` made first (which confirms to its own lease) — and never
+/// once the lock is let go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Confirmation {
+    /// None pending: not a grant, or confirmed (or being) already.
+    None,
+    /// A grant whose confirmation is due.
+    Due,
+    /// Its guard, or the client's shutdown, is releasing it.
+    LetGo,
 }
 
 impl HeldLock {
@@ -82,21 +94,42 @@ impl HeldLock {
             state,
             watchdog_id,
             id: 0,
-            let_go: Mutex::new(false),
+            confirmation: Mutex::new(Confirmation::None),
         }
     }
 
-    /// Runs `queue` (which queues a command for this lock on its connection) unless
-    /// the lock was let go, and returns what it returned: a command queued here goes
-    /// ahead of the lock's release, which is queued only after [`HeldLock::let_go`].
-    pub(crate) fn unless_let_go<R>(&self, queue: impl FnOnce() -> R) -> Option<R> {
-        let let_go = self.let_go.lock().unwrap_or_else(|e| e.into_inner());
-        (!*let_go).then(queue)
+    fn confirmation(&self) -> MutexGuard<'_, Confirmation> {
+        self.confirmation.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A grant: its confirmation is due (see [`HeldLock::take_confirmation`]).
+    pub(crate) fn expect_confirmation(&self) {
+        let mut confirmation = self.confirmation();
+        if *confirmation == Confirmation::None {
+            *confirmation = Confirmation::Due;
+        }
+    }
+
+    /// Takes the confirmation due, if any, and runs `queue` (which queues it on the
+    /// lock's connection) while no release can be queued: a confirmation goes ahead of
+    /// the lock's release, which is queued only after [`HeldLock::let_go`], or is never
+    /// sent. `None`: nothing was due (confirmed already, or let go).
+    pub(crate) fn take_confirmation<R>(&self, queue: impl FnOnce() -> R) -> Option<R> {
+        let mut confirmation = self.confirmation();
+        (*confirmation == Confirmation::Due).then(|| {
+            *confirmation = Confirmation::None;
+            queue()
+        })
+    }
+
+    /// Its guard, or the client's shutdown, is releasing it.
+    pub(crate) fn is_let_go(&self) -> bool {
+        *self.confirmation() == Confirmation::LetGo
     }
 
     /// Its guard, or the client's shutdown, is about to release it.
     fn let_go(&self) {
-        *self.let_go.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *self.confirmation() = Confirmation::LetGo;
     }
 
     /// How long a release now must keep the key for `hold_at_least` (ms; 0: free it).

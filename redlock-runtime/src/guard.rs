@@ -112,12 +112,14 @@ impl LockGuard {
     /// answered the lock is surely ours for the grace counted from the grant; if it
     /// finds the lock gone (the grant lapsed first: this process was stopped past the
     /// grace), the lock is lost. A confirmation is queued on the connection before the
-    /// guard's release, or never sent (see `HeldLock::unless_let_go`).
+    /// guard's release, or never sent; an `extend` made before it is due confirms in its
+    /// place, to its own lease (see `HeldLock::take_confirmation`).
     pub(crate) fn confirm_grant(&self, lease: Duration, lease_ms: u64, due: Instant) {
         let Some(held) = &self.held else {
             return;
         };
         let (client, lock, key) = (held.client.clone(), held.lock.clone(), self.key.clone());
+        lock.expect_confirmation();
         let mut confirmation = Box::pin(async move {
             if due > Instant::now() {
                 tokio::time::sleep_until(due).await;
@@ -128,13 +130,14 @@ impl LockGuard {
                 std::pin::pin!(client.masters().confirm_grant(&key, &lock.owner, lease_ms));
             // One poll queues the extension; the ticket is taken before it is sent.
             let first = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(lock.unless_let_go(|| {
+                std::task::Poll::Ready(lock.take_confirmation(|| {
                     let ticket = lock.state.start_update(sent_at, valid_for);
                     (ticket, extension.as_mut().poll(cx))
                 }))
             })
             .await;
-            // Let go first: the release frees the grant, confirmed or not.
+            // Let go first (the release frees the grant, confirmed or not), or confirmed
+            // by an `extend` made first.
             let Some((ticket, polled)) = first else {
                 return;
             };
@@ -146,7 +149,9 @@ impl LockGuard {
             lock.state.finish_update(ticket, ours);
             match extended {
                 Ok(Verdict::Ours) => {}
-                Ok(verdict) if !lock.state.has_ended() => {
+                // Let go meanwhile: a confirmation sent again after the release (a
+                // reconnection, a script loaded anew) finds it gone, rightly.
+                Ok(verdict) if !lock.state.has_ended() && !lock.is_let_go() => {
                     tracing::warn!(%key, "redlock.lost: the grant lapsed before it was confirmed");
                     lock.state.found_gone(verdict);
                 }
@@ -207,7 +212,10 @@ impl LockGuard {
     /// (measured from before the last renewal or extension was sent, less clock drift
     /// with RedLock): never later than Redis's own expiry on the server that took the
     /// renewal (a replica promoted since may not have it: renewals are not confirmed
-    /// by `confirm_replicas`).
+    /// by `confirm_replicas`). A lock granted by another client's release counts on
+    /// the grant's grace until its confirmation is answered (on a multi-thread runtime
+    /// a quarter of the grace after the grant: see [`LockGuard::extend`], which
+    /// confirms in its place when made earlier).
     /// Zero once lost.
     pub fn lease_remaining(&self) -> Duration {
         self.held
@@ -235,7 +243,20 @@ impl LockGuard {
         let masters = &held.client.masters();
         crate::limits::check_max_lease(masters, &self.key, "extend", lease)?;
         let update = state.begin_update(masters.validity(lease));
-        let extended = match masters.extend(&self.key, &held.lock.owner, lease_ms).await {
+        // A grant not confirmed yet: this extension is its confirmation (to this lease,
+        // telling the next in line `C`), and none follows that would undo it.
+        let confirming = held.lock.take_confirmation(|| ()).is_some();
+        let extension = async {
+            match confirming {
+                true => {
+                    masters
+                        .confirm_grant(&self.key, &held.lock.owner, lease_ms)
+                        .await
+                }
+                false => masters.extend(&self.key, &held.lock.owner, lease_ms).await,
+            }
+        };
+        let extended = match extension.await {
             Ok(extended) => extended,
             Err(error) => {
                 update.unknown();
@@ -349,8 +370,9 @@ impl Holding {
 
     /// With a waiter of this client in line, passes the lock on in its acquire script
     /// (see `turn`); otherwise, or if it does not pick it up, releases in Redis (a lock
-    /// kept for `hold_at_least`, or whose lease may have run out, always goes through
-    /// Redis, whose answer says truthfully whether it was still ours). Whether it was
+    /// kept for `hold_at_least`, or whose lease may have run out or may run out before a
+    /// taker could use it, always goes through Redis, whose answer says truthfully
+    /// whether it was still ours). Whether it was
     /// still ours, and the turn if it was not handed off with the lock.
     async fn hand_off_or_free(
         &self,
@@ -360,7 +382,11 @@ impl Holding {
         let masters = self.client.masters();
         let state = &self.lock.state;
         let free = || masters.release(key, &self.lock.owner, keep);
-        if keep > 0 || !masters.can_hand_off() || state.is_lost() {
+        if keep > 0
+            || !masters.can_hand_off()
+            || state.is_lost()
+            || !crate::hand_off::leaves_time_to_hand_off(state.remaining())
+        {
             return (free().await, state.take_turn());
         }
         let hand_off = match state

@@ -43,6 +43,18 @@ pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 8;
 /// before it releases in Redis itself.
 const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
 
+/// The least lease a lock must have left to be handed off: the taker picks the baton up
+/// within [`PICK_UP_LIMIT`], and its script must reach Redis before the lease ends, or
+/// the release reports lost a lock its holder let go in time. A lock with less left (a
+/// grant not confirmed yet, which counts on the grace: see `acquire::confirmation_due`;
+/// a lease about to end) is released in Redis, which passes it on to the line.
+const MIN_LEASE_LEFT: Duration = Duration::from_millis(2 * PICK_UP_LIMIT.as_millis() as u64);
+
+/// Whether a lock with `lease_left` (its holder's estimate) may be handed off.
+pub(crate) fn leaves_time_to_hand_off(lease_left: Duration) -> bool {
+    lease_left >= MIN_LEASE_LEFT
+}
+
 /// The owner token a releasing holder passes to the next in line, with the way back
 /// for the outcome: did the next one's script find and delete this owner's lock?
 /// (Whether it was picked up at all is told by the slot: empty once it was. So the
@@ -195,6 +207,15 @@ impl BatonSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_with_less_than_two_pick_up_limits_left_is_not_handed_off() {
+        // A grant not confirmed yet, counting on the default grace of 100 ms.
+        assert!(!leaves_time_to_hand_off(Duration::from_millis(100)));
+        assert!(!leaves_time_to_hand_off(Duration::from_millis(199)));
+        assert!(leaves_time_to_hand_off(Duration::from_millis(200)));
+        assert!(leaves_time_to_hand_off(Duration::from_secs(30)));
+    }
 
     #[test]
     fn no_hand_off_without_a_waiter_nor_beyond_the_limit_in_a_row() {

@@ -68,7 +68,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(3),
             node_timeout: None,
             confirm_replicas: None,
-            reservation_grace: Duration::from_millis(100),
+            reservation_grace: DEFAULT_RESERVATION_GRACE,
             max_lease: None,
             name: default_name(),
             tls_root_certificate: None,
@@ -166,6 +166,11 @@ pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
 /// Longest accepted `LockClientBuilder::reservation_grace`: a waiter that died while
 /// first in line makes every other waiter wait that long.
 pub(crate) const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(60);
+
+/// The grace a grant lasts unconfirmed unless the client sets another (see
+/// `LockClientBuilder::reservation_grace`); the release script assumes it when the
+/// client leaves it out (`scripts::RELEASE`).
+pub(crate) const DEFAULT_RESERVATION_GRACE: Duration = Duration::from_millis(100);
 
 impl ClientConfig {
     /// The settings as used: the watchdog lease and renewal interval follow what the

@@ -149,7 +149,7 @@ impl WaitlistTimings {
     fn from_config(config: &ClientConfig) -> Self {
         WaitlistTimings {
             reservation_ms: config.reservation_grace.as_millis().max(1) as u64,
-            registration_slack_ms: 2_000,
+            registration_slack_ms: scripts::REGISTRATION_SLACK_MS,
         }
     }
 }
@@ -356,13 +356,16 @@ impl Node {
             .arg(request.owner)
             .arg(request.lease_ms)
             .arg(request.name)
-            .arg(request.waiter.map_or("", |waiter| waiter.id))
-            .arg(if request.waiter.is_some_and(|waiter| waiter.registered) {
-                "1"
-            } else {
-                "0"
-            })
-            .arg(self.waitlist.registration_slack_ms);
+            .arg(request.waiter.map_or("", |waiter| waiter.id));
+        // "Not registered yet" and the registration's slack are the script's defaults,
+        // left out when nothing follows: an uncontended attempt sends 4 arguments.
+        let registered = request.waiter.is_some_and(|waiter| waiter.registered);
+        if registered || cluster || trailing {
+            script.arg(if registered { "1" } else { "0" });
+        }
+        if cluster || trailing {
+            script.arg(self.waitlist.registration_slack_ms);
+        }
         if cluster || trailing {
             // PUBLISH, the script's default, is left out when nothing follows.
             script.arg(self.connection.publish_command());
@@ -928,6 +931,9 @@ const GRANT_UNWATCHED: i64 = 5;
 /// unless it is gone or far behind.
 const GRANT_CHECK_MARGIN_MS: u64 = 5;
 
+/// The grace `scripts::RELEASE` assumes when it is left out.
+const DEFAULT_GRACE_MS: u64 = crate::config::DEFAULT_RESERVATION_GRACE.as_millis() as u64;
+
 async fn waitlist_script_on(
     mut connection: Connection,
     timings: WaitlistTimings,
@@ -981,9 +987,18 @@ async fn release_on(
             .key(connection.fence_key(key).as_ref());
     }
     // Off a cluster the lock key alone: the script derives the waitlist.
-    script.arg(owner).arg(keep_ms).arg(timings.reservation_ms);
-    // PUBLISH, the script's default, is left out when nothing follows.
-    if cluster || publish_every_release {
+    script.arg(owner);
+    // Keeping nothing, the default grace and PUBLISH are the script's defaults, left out
+    // when nothing follows: an uncontended release sends the owner alone.
+    let trailing = cluster || publish_every_release;
+    let default_grace = timings.reservation_ms == DEFAULT_GRACE_MS;
+    if keep_ms > 0 || !default_grace || trailing {
+        script.arg(keep_ms);
+    }
+    if !default_grace || trailing {
+        script.arg(timings.reservation_ms);
+    }
+    if trailing {
         script.arg(publish);
     }
     if publish_every_release {

@@ -221,9 +221,11 @@ pub(crate) fn all() -> [&'static Lua; 11] {
 /// there (see [`HANDED_MARK`]); elsewhere it is derived.
 /// ARGV: owner token, lease in ms, the client's name, this waiter's id (empty for an
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
-/// earlier attempt may have registered it on the waitlist, how long a registration
-/// outlives the holder's lease (ms), the publish command (left out off a cluster when
-/// nothing follows it: PUBLISH is the default); then, only when needed, the
+/// earlier attempt may have registered it on the waitlist ("0" when left out), how long
+/// a registration outlives the holder's lease (ms; [`REGISTRATION_SLACK_MS`] when left
+/// out), the publish command (PUBLISH when left out): off a cluster these three are left
+/// out when nothing follows them, so that an uncontended attempt sends four arguments
+/// (each costs Redis a parse and a Lua string); then, only when needed, the
 /// owner token of a same-client holder handing the lock off (its lock, if still there,
 /// is deleted first: see `turn`'s hand-off), the restart quarantine in ms (RedLock
 /// only) and, with a hand-off, how long its evidence lasts in ms. The release channel
@@ -442,10 +444,14 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
             "KEYS[3]",
             "expiries",
             "ARGV[4]",
-            "ms + ttl + tonumber(ARGV[6])"
+            &format!("ms + ttl + tonumber(ARGV[6] or '{REGISTRATION_SLACK_MS}')")
         ),
     ))
 });
+
+/// How long a waiter's registration outlives the lease it was told (ms): it refreshes
+/// it by attempting when that lease ends at the latest. [`ACQUIRE`]'s default.
+pub(crate) const REGISTRATION_SLACK_MS: u64 = 2_000;
 
 /// A grant's start time begins with this digit until its grantee confirms it
 /// (`<id> <token> 0<since ms>~ <name>`: a start time never begins with 0, and the
@@ -893,7 +899,7 @@ end
 "#;
 
 /// `release_share(marker)`: the shares' side of the release script (same KEYS and ARGV,
-/// KEYS[5] the holders; the locals of `free_for_next`): ends ARGV[1]'s share, or keeps it for ARGV[2] ms as `kept:`
+/// KEYS[5] the holders; the locals of `free_for_next`, and `keep`, ms): ends ARGV[1]'s share, or keeps it for `keep` ms as `kept:`
 /// (no renewal finds it then), gives the key the longest remaining lease and tells the
 /// waiters (a semaphore's: a permit is free; a read lock's: when it ends at the
 /// latest), or frees the key for the next in line when no share is left.
@@ -905,10 +911,10 @@ local function release_share(value)
     return gone(KEYS[4], ARGV[1])
   end
   redis.call('ZREM', KEYS[5], ARGV[1])
-  local kept = tonumber(ARGV[2]) > 0
+  local kept = tonumber(keep) > 0
   if kept then
     -- Its name stays, for the kept share (settled as `kept:<owner>`).
-    redis.call('ZADD', KEYS[5], ms + tonumber(ARGV[2]), 'kept:' .. ARGV[1])
+    redis.call('ZADD', KEYS[5], ms + tonumber(keep), 'kept:' .. ARGV[1])
   else
     redis.call('HDEL', share_names(KEYS[1], KEYS[5]), ARGV[1])
   end
@@ -918,7 +924,7 @@ local function release_share(value)
       redis.call(publish, channel, 'T:' .. rest)
     elseif kept then
       -- A permit kept for its minimum hold is free when that ends.
-      redis.call(publish, channel, 'K:' .. ARGV[2])
+      redis.call(publish, channel, 'K:' .. keep)
     elseif redis.call('EXISTS', KEYS[2]) == 1
         and grant_permits(fence, KEYS[5], names, value, drop_expired_waiters()) then
       return 3
@@ -946,10 +952,11 @@ end
 /// key held in shares), as KEYS[3..5] of a local `KEYS`: the layout the shared
 /// functions read. On a cluster those three are declared instead (see `ACQUIRE` for
 /// why), and the share names (see [`NAMES_PREFIX`]) as `KEYS[6]`. ARGV: owner
-/// token, ms to keep the key (0: release it), grace of a
-/// reservation (ms), publish command (SPUBLISH on a cluster; elsewhere PUBLISH, which is
-/// the default when it is left out), and "1" to publish every release (RedLock: see
-/// `Node`), else nothing.
+/// token, ms to keep the key (0, the default: release it), grace of a
+/// reservation (ms; the default grace when left out), publish command (SPUBLISH on a
+/// cluster; elsewhere PUBLISH, the default), and "1" to publish every release
+/// (RedLock: see `Node`), else nothing. Off a cluster the defaults are left out when
+/// nothing follows them: an uncontended release sends the owner alone.
 /// A share (read lock, permit) is released by the same script (see `release_share`).
 /// Returns 1 when released (deleted, or reserved for the waitlist's head), 2 when kept
 /// for `hold_at_least`, 3 when released by a grant to the waitlist's head, 4 when so and
@@ -969,7 +976,9 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
         r#"
 local value = redis.pcall('GET', KEYS[1])
 local ours = {ours}
-if ours and ARGV[2] == '0' and not ARGV[5] then
+-- Keeping nothing and the default grace are left out when nothing follows.
+local keep = ARGV[2] or '0'
+if ours and keep == '0' and not ARGV[5] then
   -- Uncontended: no `{CONTENDED}` ends the start time, the field after the token (plain
   -- finds: a pattern costs several times as much on this path).
   local token_ends = string.find(value, ' ', #ARGV[1] + 2, true)
@@ -982,7 +991,7 @@ end
 -- Defined only off the common path: each definition costs every run that makes it.
 -- Off a cluster the waitlist is derived, and the publish command defaults to PUBLISH.
 local waitlist = KEYS[2] or '{WAITLIST_PREFIX}' .. KEYS[1]
-local channel, publish, grace = {channel}, ARGV[4] or 'PUBLISH', ARGV[3]
+local channel, publish, grace = {channel}, ARGV[4] or 'PUBLISH', ARGV[3] or '{default_grace_ms}'
 -- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
 -- is Redis's to fill) with the companions added.
 -- The fencing counter and the share names, for a grant (see `free_for_next`).
@@ -997,9 +1006,9 @@ if not ours then
   end
   return gone(KEYS[4], ARGV[1])
 end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('SET', KEYS[1], 'kept:' .. value, 'PX', ARGV[2])
-  redis.call(publish, channel, 'K:' .. ARGV[2])
+if tonumber(keep) > 0 then
+  redis.call('SET', KEYS[1], 'kept:' .. value, 'PX', keep)
+  redis.call(publish, channel, 'K:' .. keep)
   return 2
 end
 local granted, told = free_for_next(fence, redis.call('PTTL', KEYS[1]), KEYS[5], names)
@@ -1011,6 +1020,7 @@ end
 return 1
 "#,
         ours = owned_by("value", "ARGV[1]"),
+        default_grace_ms = crate::config::DEFAULT_RESERVATION_GRACE.as_millis(),
         contended_byte = CONTENDED as u8,
         names = companion_of("KEYS[1]", "waitlist", NAMES_PREFIX),
         free_for_next = &*FREE_FOR_NEXT,

@@ -114,15 +114,7 @@ async fn grant_to_the_first_of(
 }
 
 fn wait_for_key(client: LockClient) -> tokio::task::JoinHandle<LockGuard> {
-    tokio::spawn(async move {
-        client
-            .lock(KEY)
-            .wait(Duration::from_secs(20))
-            .lease(LEASE)
-            .acquire()
-            .await
-            .unwrap()
-    })
+    common::wait_for_key(client, KEY, LEASE)
 }
 
 /// The grant's mark (`scripts::UNCONFIRMED`): the start time, the third field of the

@@ -228,15 +228,7 @@ async fn until_listening(server: &RedisServer, count: usize) {
 
 /// A client's waiter for `KEY`, in a task of its own: its guard when it got the key.
 fn wait_for_key(client: LockClient) -> tokio::task::JoinHandle<redlock_runtime::LockGuard> {
-    tokio::spawn(async move {
-        client
-            .lock(KEY)
-            .wait(Duration::from_secs(20))
-            .lease(LEASE)
-            .acquire()
-            .await
-            .unwrap()
-    })
+    common::wait_for_key(client, KEY, LEASE)
 }
 
 /// Since the next waiter covers a grant's lapse, the releasing client checks a grant

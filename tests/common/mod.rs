@@ -50,6 +50,25 @@ pub async fn next_owner_delay(held: LockGuard, waiter: LockClient) -> Duration {
     waiting.await.unwrap().duration_since(released_at)
 }
 
+/// `client`'s waiter for `key` (for up to 20 s, then holding it with `lease`), in a task
+/// of its own: its guard when it got the key.
+pub fn wait_for_key(
+    client: LockClient,
+    key: &str,
+    lease: Duration,
+) -> tokio::task::JoinHandle<LockGuard> {
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        client
+            .lock(key)
+            .wait(Duration::from_secs(20))
+            .lease(lease)
+            .acquire()
+            .await
+            .unwrap()
+    })
+}
+
 /// Calls of EVALSHA so far, from Redis's own statistics.
 pub fn evalsha_calls(server: &RedisServer) -> u64 {
     command_calls(server, "evalsha")

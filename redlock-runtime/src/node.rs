@@ -360,11 +360,13 @@ impl Node {
         // "Not registered yet" and the registration's slack are the script's defaults,
         // left out when nothing follows: an uncontended attempt sends 4 arguments.
         let registered = request.waiter.is_some_and(|waiter| waiter.registered);
-        if registered || cluster || trailing {
+        let slack = self.waitlist.registration_slack_ms;
+        let slack_follows = slack != scripts::REGISTRATION_SLACK_MS || cluster || trailing;
+        if registered || slack_follows {
             script.arg(if registered { "1" } else { "0" });
         }
-        if cluster || trailing {
-            script.arg(self.waitlist.registration_slack_ms);
+        if slack_follows {
+            script.arg(slack);
         }
         if cluster || trailing {
             // PUBLISH, the script's default, is left out when nothing follows.

@@ -223,8 +223,9 @@ pub(crate) fn all() -> [&'static Lua; 11] {
 /// attempt that will not wait, and with RedLock, which keeps no waitlist), "1" if an
 /// earlier attempt may have registered it on the waitlist ("0" when left out), how long
 /// a registration outlives the holder's lease (ms; [`REGISTRATION_SLACK_MS`] when left
-/// out), the publish command (PUBLISH when left out): off a cluster these three are left
-/// out when nothing follows them, so that an uncontended attempt sends four arguments
+/// out), the publish command (PUBLISH when left out): off a cluster each of these three
+/// is left out when it is the default and nothing follows it, so that an uncontended
+/// attempt sends four arguments
 /// (each costs Redis a parse and a Lua string); then, only when needed, the
 /// owner token of a same-client holder handing the lock off (its lock, if still there,
 /// is deleted first: see `turn`'s hand-off), the restart quarantine in ms (RedLock

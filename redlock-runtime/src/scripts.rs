@@ -349,15 +349,18 @@ local taken_grant = false
 if not acquired then
   -- A release granted the key to this waiter while this attempt was on its way (see
   -- `free_for_next`): the attempt takes it, as it would a reservation.
-  local granted_to = ARGV[4] ~= '' and string.match(ARGV[4], '^(%S+) ')
-  if ARGV[4] ~= '' and (value == 'reserved:' .. ARGV[4] or (granted_to and {granted})) then
-    redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
-    acquired = true
-    reserved = true
+  -- Granted: the holder's owner token, up to the value's first space, is this waiter's
+  -- id, which its member starts with, followed by a space (plain comparisons: this
+  -- runs on every attempt that finds the key busy).
+  local space = ARGV[4] ~= '' and type(value) == 'string' and string.find(value, ' ', 1, true)
+  taken_grant = space and string.sub(value, 1, space) == string.sub(ARGV[4], 1, space)
+  if taken_grant or (space and string.byte(value, 1) == 114 and value == 'reserved:' .. ARGV[4]) then
     -- Its own grant (not a reservation): the other waiters heard what they need when it
     -- was made (`free_for_next` announces a grant of a shorter lease), and this lease,
     -- counted from now, ends no sooner than that one.
-    taken_grant = value ~= 'reserved:' .. ARGV[4]
+    redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
+    acquired = true
+    reserved = true
   else
     -- Not taken: the token goes unused (tokens only need to rise), but a counter this
     -- attempt created would be left behind.
@@ -399,7 +402,7 @@ if ttl < 0 then
   return {{-1, 'string', boot, left}}
 end
 {mark_contended}
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ms = tonumber(since_ms)
 local registered = 0
 if ARGV[4] ~= '' then
   if value == 'shared:0' then
@@ -409,7 +412,7 @@ if ARGV[4] ~= '' then
   end
   local expiries = {expiries}
   registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
-  if string.find(value, '^%x+:%x+ %d+ {UNCONFIRMED}%d+{CONTENDED} ')
+  if marked and string.byte(value, since_at + 1) == {unconfirmed_byte}
       and redis.call('ZRANK', KEYS[3], ARGV[4]) > 0 then
     -- A grant not confirmed yet (its grantee confirms a while later, or releases), with
     -- another waiter ahead in line: that one covers the grant's lapse (see
@@ -426,7 +429,6 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
 "#,
         token = next_token("KEYS[2]"),
         previous_owns = owned_by("held", "previous"),
-        granted = owned_by("value", "granted_to"),
         evidence = leave_evidence(
             &format!(
                 "(KEYS[6] or {})",
@@ -441,6 +443,7 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
             companion_of("KEYS[1]", "KEYS[3]", WAITLIST_EXPIRY_PREFIX)
         ),
         mark_contended = mark_contended("KEYS[1]", "value"),
+        unconfirmed_byte = UNCONFIRMED as u8,
         register = register_expiry(
             "KEYS[3]",
             "expiries",
@@ -469,20 +472,23 @@ pub(crate) const REGISTRATION_SLACK_MS: u64 = 2_000;
 pub(crate) const UNCONFIRMED: char = '0';
 
 /// Lua that records when the registration `id` on the line `line` lapses (`until_ms`,
-/// server clock) in the line's expiries `expiries`, and makes both keys last until the
-/// latest registration lapses. The latest is read before this one is written: when this
-/// one lapses no later (waiters of one lock are registered until its end, so that is
-/// the common case), both keys already last long enough (each was given the latest's
-/// expiry when it was written, and removing a registration shortens nothing), and
-/// neither is touched. Expects the server clock in ms in `ms`.
+/// server clock) in the line's expiries `expiries`, and makes both keys last past the
+/// latest registration. Each waiter that joins a busy line lapses later than those
+/// before it (it joined later, and is told a lease as long): setting both keys' expiry
+/// on every join cost two commands and a read each time. Instead they are given
+/// [`REGISTRATION_SLACK_MS`] more than needed, and set again only when the line's
+/// expiry no longer covers this registration: about once per slack under steady
+/// contention, and on the join that creates the line (no expiry yet). An empty line is
+/// gone at once (Redis deletes an empty sorted set); a line of waiters that all left
+/// without leaving it outlives the last registration by the slack at most. Expects
+/// the server clock in ms in `ms`.
 fn register_expiry(line: &str, expiries: &str, id: &str, until_ms: &str) -> String {
     format!(
         r#"
   local lapses = {until_ms}
-  local latest = redis.call('ZRANGE', {expiries}, -1, -1, 'WITHSCORES')[2]
   redis.call('ZADD', {expiries}, lapses, {id})
-  if not latest or lapses > tonumber(latest) then
-    local keep = math.max(1, lapses - ms)
+  if redis.call('PTTL', {line}) < lapses - ms then
+    local keep = math.max(1, lapses - ms) + {REGISTRATION_SLACK_MS}
     redis.call('PEXPIRE', {line}, keep)
     redis.call('PEXPIRE', {expiries}, keep)
   end
@@ -582,11 +588,20 @@ pub(crate) const CONTENDED: char = '~';
 fn mark_contended(key: &str, value: &str) -> String {
     format!(
         r#"
-if string.find({value}, '^{owner} %d+ %d+ ') then
+-- Where the start time begins (`since_at`, its leading space) and whether it ends with
+-- the mark, found by plain searches: every attempt but the first finds a contended lock
+-- marked already, and the pattern that checks an unmarked one costs several times as
+-- much. (A value that is not a lock may pass the first test by chance; the pattern
+-- still stands between it and the write.)
+local since_at = string.find({value}, ' ', (string.find({value}, ' ', 1, true) or #{value}) + 1, true)
+local since_ends = since_at and string.find({value}, ' ', since_at + 1, true)
+local marked = since_ends and string.byte({value}, since_ends - 1) == {contended_byte}
+if not marked and string.find({value}, '^{owner} %d+ %d+ ') then
   redis.call('SET', {key}, (string.gsub({value}, '^(%S+ %d+ %d+)', '%1{CONTENDED}', 1)), 'KEEPTTL')
 end
 "#,
         owner = OWNER_PATTERN,
+        contended_byte = CONTENDED as u8,
     )
 }
 
@@ -994,13 +1009,14 @@ end
 local waitlist = KEYS[2] or '{WAITLIST_PREFIX}' .. KEYS[1]
 local channel, publish, grace = {channel}, ARGV[4] or 'PUBLISH', ARGV[3] or '{default_grace_ms}'
 -- The shared functions below read these as KEYS[3..5]: a local KEYS (the global one
--- is Redis's to fill) with the companions added.
--- The fencing counter and the share names, for a grant (see `free_for_next`).
+-- is Redis's to fill) with the companions added, each derived only on the path that
+-- needs it (a grant of the lock needs the expiries alone; see `free_for_next`).
 local fence = KEYS[7] or '{FENCE_KEY}'
-local names = KEYS[6] or {names}
-local KEYS = {{KEYS[1], waitlist, KEYS[3] or {expiries}, KEYS[4] or {forced}, KEYS[5] or {holders}}}
+local forced, holders, names = KEYS[4], KEYS[5], KEYS[6]
+local KEYS = {{KEYS[1], waitlist, KEYS[3] or {expiries}}}
 {free_for_next}
 if not ours then
+  KEYS[4], KEYS[5], names = forced or {forced}, holders or {holders}, names or {names}
   {gone}{SERVER_MS_FN}{settle_shares}{GRANT_PERMITS_FN}{RELEASE_SHARE_FN}
   if type(value) == 'string' and string.sub(value, 1, 7) == 'shared:' then
     return release_share(value)
@@ -1012,7 +1028,7 @@ if tonumber(keep) > 0 then
   redis.call(publish, channel, 'K:' .. keep)
   return 2
 end
-local granted, told = free_for_next(fence, redis.call('PTTL', KEYS[1]), KEYS[5], names)
+local granted, told = free_for_next(fence, redis.call('PTTL', KEYS[1]), holders or true, names)
 if told then
   return 4
 elseif granted then
@@ -1087,8 +1103,24 @@ fn slot_tag_of_waitlist() -> String {
 static FREE_FOR_NEXT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
+-- The client of the waiter `id` (`[<kind>:]<client>:<counter>`, a share waiter's
+-- with its kind first).
+local function client_of(id)
+  return string.match(id, '(%x+):%x+$')
+end
+-- The id of the lock waiter `member` (`<id> <lease> <name>`; nil for a share waiter,
+-- whose id starts with a letter of its kind), and where it ends, by plain searches: a
+-- release that grants reads several members.
+local function lock_waiter(member)
+  local kind = string.byte(member, 1)
+  local space = string.find(member, ' ', 1, true)
+  if not space or kind == {reader_byte} or kind == {permit_byte} then
+    return nil
+  end
+  return string.sub(member, 1, space - 1), space
+end
 local function tell_granted(id, clock, after, px)
-  local client = string.match(id, '(%x+):%x+$')
+  local client = client_of(id)
   local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
   local heard = redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after .. ' ' .. px)
   if publish == 'SPUBLISH' then
@@ -1112,11 +1144,11 @@ end
 -- `behind`: the next three members of the line when the caller has read them already.
 local function tell_next(px, behind)
   for _, member in ipairs(behind or redis.call('ZRANGE', KEYS[2], 0, 2)) do
-    local id = string.match(member, '^({OWNER_PATTERN}) %d+ ')
+    local id = lock_waiter(member)
     if not id then
       return false
     end
-    local client = string.match(id, '(%x+):%x+$')
+    local client = client_of(id)
     local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
     if redis.call(publish, granted, 'N ' .. id .. ' ' .. px) > 0 then
       return true
@@ -1200,9 +1232,23 @@ local function free_for_next(fence, before, holders, names)
     end
     while line[1] do
       local head = line[1]
-      local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
-      local share_id, _, _, limit = share_waiter(head)
+      local id, space = lock_waiter(head)
+      local share_id, limit, lease, name, _
+      if id then
+        local lease_ends = string.find(head, ' ', space + 1, true)
+        if lease_ends then
+          lease, name = string.sub(head, space + 1, lease_ends - 1), string.sub(head, lease_ends + 1)
+        else
+          id = nil
+        end
+      else
+        share_id, _, _, limit = share_waiter(head)
+      end
       if fence and share_id and holders then
+        if holders == true then
+          -- Left to derive (see `RELEASE`).
+          holders, names = {holders}, {names}
+        end
         -- A run of readers (or of a semaphore's waiters) is granted together.
         redis.call('DEL', holders, names)
         local granted, longest = grant_shares(fence, holders, names, limit, 0, ms)
@@ -1252,8 +1298,12 @@ end
         token = next_token("fence"),
         token_now = next_token_at("fence", "now"),
         tag = slot_tag_of_waitlist(),
+        holders = companion_of("KEYS[1]", "KEYS[2]", HOLDERS_PREFIX),
+        names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
         READER_ID_PREFIX_0 = &READER_ID_PREFIX[..1],
         PERMIT_ID_PREFIX_0 = &PERMIT_ID_PREFIX[..1],
+        reader_byte = READER_ID_PREFIX.as_bytes()[0],
+        permit_byte = PERMIT_ID_PREFIX.as_bytes()[0],
     )
 });
 

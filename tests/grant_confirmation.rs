@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{evalsha_calls, raw};
+use common::{evalsha_calls, raw, until_listening, until_waiting};
 use redis::AsyncCommands;
 use redlock_runtime::{LockClient, LockGuard};
 use redlock_testkit::RedisServer;
@@ -28,33 +28,6 @@ async fn connect(server: &RedisServer) -> LockClient {
         .connect()
         .await
         .unwrap()
-}
-
-/// Waits until `count` waiters are in line for `KEY` and `count` clients listen on
-/// their grant channels for it (a waiter is in line before it listens).
-async fn until_waiting(server: &RedisServer, observer: &LockClient, count: usize) {
-    let limit = Instant::now() + Duration::from_secs(10);
-    let pattern = format!("redlock:granted:*:{KEY}");
-    loop {
-        let waiting = observer
-            .inspect(KEY)
-            .await
-            .unwrap()
-            .map_or(0, |info| info.waiting());
-        let listening = server
-            .cli(&["PUBSUB", "CHANNELS", &pattern])
-            .lines()
-            .filter(|line| !line.trim().is_empty())
-            .count();
-        if waiting >= count && listening >= count {
-            return;
-        }
-        assert!(
-            Instant::now() < limit,
-            "{waiting} waiting and {listening} listening, not {count}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Until Redis has run no script for 200 ms: a waiter that just subscribed attempts
@@ -105,7 +78,8 @@ async fn grant_to_the_first_of(
     let mut pending = Vec::new();
     for count in 1..=waiters {
         pending.push(wait_for_key(connect(server).await));
-        until_waiting(server, &observer, count).await;
+        until_waiting(&observer, KEY, count).await;
+        until_listening(server, KEY, count).await;
     }
     let released_at = Instant::now();
     held.release().await.unwrap();
@@ -136,9 +110,11 @@ async fn a_grant_held_shorter_than_a_quarter_of_its_grace_is_never_confirmed() {
     // B waits first, C behind it: A's release grants B and tells C of the grant's
     // lapse (`N`), so that A's client checks nothing after its release.
     let b = wait_for_key(connect(&server).await);
-    until_waiting(&server, &observer, 1).await;
+    until_waiting(&observer, KEY, 1).await;
+    until_listening(&server, KEY, 1).await;
     let c = wait_for_key(connect(&server).await);
-    until_waiting(&server, &observer, 2).await;
+    until_waiting(&observer, KEY, 2).await;
+    until_listening(&server, KEY, 2).await;
 
     let before = until_scripts_settle(&server).await;
     let released_at = Instant::now();
@@ -235,7 +211,8 @@ async fn an_unconfirmed_grant_is_released_in_redis_not_handed_to_a_task_of_its_c
     let held = holder.lock(KEY).lease(LEASE).acquire().await.unwrap();
     let waiter = LockClient::connect(&server.url()).await.unwrap();
     let first = wait_for_key(waiter.clone());
-    until_waiting(&server, &observer, 1).await;
+    until_waiting(&observer, KEY, 1).await;
+    until_listening(&server, KEY, 1).await;
     // The second task waits for its client's turn, behind the first.
     let second = wait_for_key(waiter.clone());
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -15,7 +15,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::command_calls;
+use common::{command_calls, until_listening, until_waiting};
 use redlock_runtime::LockClient;
 use redlock_testkit::RedisServer;
 
@@ -133,23 +133,6 @@ async fn child_process_role() {
     }
 }
 
-/// Waits until `count` waiters are in line for `KEY`.
-async fn until_waiting(client: &LockClient, count: usize) {
-    let limit = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting = client
-            .inspect(KEY)
-            .await
-            .unwrap()
-            .map_or(0, |info| info.waiting());
-        if waiting >= count {
-            return;
-        }
-        assert!(Instant::now() < limit, "{waiting} waiting, not {count}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exits() {
     let server = RedisServer::start();
@@ -162,9 +145,9 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
         .parse()
         .unwrap();
     let first = Role::start(&url, "first");
-    until_waiting(&observer, 1).await;
+    until_waiting(&observer, KEY, 1).await;
     let mut second = Role::start(&url, "second");
-    until_waiting(&observer, 2).await;
+    until_waiting(&observer, KEY, 2).await;
 
     // The first waiter's process stops, its connection open: the grant reaches it, and
     // nothing confirms it.
@@ -205,27 +188,6 @@ async fn a_grant_nobody_confirms_reaches_the_next_waiter_after_the_releaser_exit
     assert!(late > token, "tokens went back: {token} then {late}");
 }
 
-/// Waits until `count` clients listen on their grant channels for `KEY`: a waiter is in
-/// line before its subscription is confirmed, and a release before that finds nobody
-/// listening (no grant to it, or no `N`).
-/// (`count` 0: until no client listens any more, the last round's clients gone.)
-async fn until_listening(server: &RedisServer, count: usize) {
-    let limit = Instant::now() + Duration::from_secs(10);
-    let pattern = format!("redlock:granted:*:{KEY}");
-    loop {
-        let listening = server
-            .cli(&["PUBSUB", "CHANNELS", &pattern])
-            .lines()
-            .filter(|line| !line.trim().is_empty())
-            .count();
-        if (count > 0 && listening >= count) || (count == 0 && listening == 0) {
-            return;
-        }
-        assert!(Instant::now() < limit, "{listening} listening, not {count}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A client's waiter for `KEY`, in a task of its own: its guard when it got the key.
 fn wait_for_key(client: LockClient) -> tokio::task::JoinHandle<redlock_runtime::LockGuard> {
     common::wait_for_key(client, KEY, LEASE)
@@ -242,16 +204,16 @@ async fn the_releasing_client_checks_a_grant_only_when_no_waiter_behind_heard_of
     let connect = || LockClient::connect(&url);
     let observer = connect().await.unwrap();
     for behind in [0, 1] {
-        until_listening(&server, 0).await;
+        until_listening(&server, KEY, 0).await;
         let holder = connect().await.unwrap();
         let held = holder.lock(KEY).lease(LEASE).acquire().await.unwrap();
         let grantee = wait_for_key(connect().await.unwrap());
-        until_waiting(&observer, 1).await;
-        until_listening(&server, 1).await;
+        until_waiting(&observer, KEY, 1).await;
+        until_listening(&server, KEY, 1).await;
         let next = if behind == 1 {
             let next = wait_for_key(connect().await.unwrap());
-            until_waiting(&observer, 2).await;
-            until_listening(&server, 2).await;
+            until_waiting(&observer, KEY, 2).await;
+            until_listening(&server, KEY, 2).await;
             Some(next)
         } else {
             None

@@ -382,9 +382,9 @@ impl Holding {
         let masters = self.client.masters();
         let state = &self.lock.state;
         let free = || masters.release(key, &self.lock.owner, keep);
+        // A lost lock has nothing left (`remaining` is zero), so it goes through Redis too.
         if keep > 0
             || !masters.can_hand_off()
-            || state.is_lost()
             || !crate::hand_off::leaves_time_to_hand_off(state.remaining())
         {
             return (free().await, state.take_turn());

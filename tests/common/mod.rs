@@ -69,6 +69,43 @@ pub fn wait_for_key(
     })
 }
 
+/// Waits (up to 10 s) until `key` has at least `count` waiters in line, as `inspect`
+/// (of `observer`, any client) reports them.
+pub async fn until_waiting(observer: &LockClient, key: &str, count: usize) {
+    let limit = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting = observer
+            .inspect(key)
+            .await
+            .unwrap()
+            .map_or(0, |info| info.waiting());
+        if waiting >= count {
+            return;
+        }
+        assert!(Instant::now() < limit, "{waiting} waiting, not {count}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (up to 10 s) until at least `count` clients listen for grants of `key` (none
+/// at all when `count` is 0): a waiter that listens hears its grant, or `N`.
+pub async fn until_listening(server: &RedisServer, key: &str, count: usize) {
+    let limit = Instant::now() + Duration::from_secs(10);
+    let pattern = format!("redlock:granted:*:{key}");
+    loop {
+        let listening = server
+            .cli(&["PUBSUB", "CHANNELS", &pattern])
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .count();
+        if (count > 0 && listening >= count) || (count == 0 && listening == 0) {
+            return;
+        }
+        assert!(Instant::now() < limit, "{listening} listening, not {count}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Calls of EVALSHA so far, from Redis's own statistics.
 pub fn evalsha_calls(server: &RedisServer) -> u64 {
     command_calls(server, "evalsha")

@@ -355,9 +355,10 @@ if not acquired then
   local space = ARGV[4] ~= '' and type(value) == 'string' and string.find(value, ' ', 1, true)
   taken_grant = space and string.sub(value, 1, space) == string.sub(ARGV[4], 1, space)
   if taken_grant or (space and string.byte(value, 1) == 114 and value == 'reserved:' .. ARGV[4]) then
-    -- Its own grant (not a reservation): the other waiters heard what they need when it
-    -- was made (`free_for_next` announces a grant of a shorter lease), and this lease,
-    -- counted from now, ends no sooner than that one.
+    -- Taken, its grant or its reservation. After its own grant (`taken_grant`) no `T:`
+    -- follows: the other waiters heard what they need when it was made (`free_for_next`
+    -- announces a grant of a shorter lease), and this lease, counted from now, ends no
+    -- sooner than that one.
     redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
     acquired = true
     reserved = true
@@ -412,7 +413,10 @@ if ARGV[4] ~= '' then
   end
   local expiries = {expiries}
   registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
+  -- (The first byte a hex digit: a lock's owner token, not `kept:`, `reserved:`.)
+  local first = string.byte(value, 1)
   if marked and string.byte(value, since_at + 1) == {unconfirmed_byte}
+      and (first <= 57 or (first >= 97 and first <= 102))
       and redis.call('ZRANK', KEYS[3], ARGV[4]) > 0 then
     -- A grant not confirmed yet (its grantee confirms a while later, or releases), with
     -- another waiter ahead in line: that one covers the grant's lapse (see
@@ -473,14 +477,19 @@ pub(crate) const UNCONFIRMED: char = '0';
 
 /// Lua that records when the registration `id` on the line `line` lapses (`until_ms`,
 /// server clock) in the line's expiries `expiries`, and makes both keys last past the
-/// latest registration. Each waiter that joins a busy line lapses later than those
-/// before it (it joined later, and is told a lease as long): setting both keys' expiry
-/// on every join cost two commands and a read each time. Instead they are given
+/// latest registration. Under steady contention each join lapses later than the joins
+/// before it (the holder changes, and a waiter behind an unconfirmed grant is told its
+/// own lease): setting both keys' expiry whenever a join lapsed later than the latest
+/// cost a read and two commands on nearly every join. Instead they are given
 /// [`REGISTRATION_SLACK_MS`] more than needed, and set again only when the line's
 /// expiry no longer covers this registration: about once per slack under steady
 /// contention, and on the join that creates the line (no expiry yet). An empty line is
-/// gone at once (Redis deletes an empty sorted set); a line of waiters that all left
-/// without leaving it outlives the last registration by the slack at most. Expects
+/// gone at once (Redis deletes an empty sorted set). The line's expiry stands for both
+/// keys: every script adds and removes a registration in both and sets both expiries
+/// together, so they come and go together (under `noeviction`, RELIABILITY.md's
+/// assumption; an expiries key deleted by hand alone would be made again without an
+/// expiry until the next refresh). A line whose waiters all died without leaving it
+/// outlives the last registration by the slack at most. Expects
 /// the server clock in ms in `ms`.
 fn register_expiry(line: &str, expiries: &str, id: &str, until_ms: &str) -> String {
     format!(
@@ -1103,24 +1112,8 @@ fn slot_tag_of_waitlist() -> String {
 static FREE_FOR_NEXT: LazyLock<String> = LazyLock::new(|| {
     format!(
         r#"
--- The client of the waiter `id` (`[<kind>:]<client>:<counter>`, a share waiter's
--- with its kind first).
-local function client_of(id)
-  return string.match(id, '(%x+):%x+$')
-end
--- The id of the lock waiter `member` (`<id> <lease> <name>`; nil for a share waiter,
--- whose id starts with a letter of its kind), and where it ends, by plain searches: a
--- release that grants reads several members.
-local function lock_waiter(member)
-  local kind = string.byte(member, 1)
-  local space = string.find(member, ' ', 1, true)
-  if not space or kind == {reader_byte} or kind == {permit_byte} then
-    return nil
-  end
-  return string.sub(member, 1, space - 1), space
-end
 local function tell_granted(id, clock, after, px)
-  local client = client_of(id)
+  local client = string.match(id, '(%x+):%x+$')
   local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
   local heard = redis.call(publish, granted, 'G ' .. id .. ' ' .. clock .. ' ' .. after .. ' ' .. px)
   if publish == 'SPUBLISH' then
@@ -1144,11 +1137,11 @@ end
 -- `behind`: the next three members of the line when the caller has read them already.
 local function tell_next(px, behind)
   for _, member in ipairs(behind or redis.call('ZRANGE', KEYS[2], 0, 2)) do
-    local id = lock_waiter(member)
+    local id = string.match(member, '^({OWNER_PATTERN}) %d+ ')
     if not id then
       return false
     end
-    local client = client_of(id)
+    local client = string.match(id, '(%x+):%x+$')
     local granted = {tag} .. '{GRANT_CHANNEL_PREFIX}' .. client .. ':' .. KEYS[1]
     if redis.call(publish, granted, 'N ' .. id .. ' ' .. px) > 0 then
       return true
@@ -1232,18 +1225,8 @@ local function free_for_next(fence, before, holders, names)
     end
     while line[1] do
       local head = line[1]
-      local id, space = lock_waiter(head)
-      local share_id, limit, lease, name, _
-      if id then
-        local lease_ends = string.find(head, ' ', space + 1, true)
-        if lease_ends then
-          lease, name = string.sub(head, space + 1, lease_ends - 1), string.sub(head, lease_ends + 1)
-        else
-          id = nil
-        end
-      else
-        share_id, _, _, limit = share_waiter(head)
-      end
+      local id, lease, name = string.match(head, '^({OWNER_PATTERN}) (%d+) (.*)$')
+      local share_id, _, _, limit = share_waiter(head)
       if fence and share_id and holders then
         if holders == true then
           -- Left to derive (see `RELEASE`).
@@ -1302,8 +1285,6 @@ end
         names = companion_of("KEYS[1]", "KEYS[2]", NAMES_PREFIX),
         READER_ID_PREFIX_0 = &READER_ID_PREFIX[..1],
         PERMIT_ID_PREFIX_0 = &PERMIT_ID_PREFIX[..1],
-        reader_byte = READER_ID_PREFIX.as_bytes()[0],
-        permit_byte = PERMIT_ID_PREFIX.as_bytes()[0],
     )
 });
 
@@ -1866,6 +1847,18 @@ return {{1}}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Not a check: a tool for `scripts/callgrind-scripts.sh`, which runs the scripts'
+    /// contended steps under callgrind. Writes the source of the scripts it runs into
+    /// the directory `REDLOCK_DUMP_SCRIPTS` names (`acquire.lua`, `release.lua`).
+    #[test]
+    #[ignore = "a tool for scripts/callgrind-scripts.sh"]
+    fn dump_scripts() {
+        let dir = std::env::var("REDLOCK_DUMP_SCRIPTS").expect("REDLOCK_DUMP_SCRIPTS: a directory");
+        for (name, script) in [("acquire", &*ACQUIRE), ("release", &*RELEASE)] {
+            std::fs::write(format!("{dir}/{name}.lua"), &script.code).expect("write a script");
+        }
+    }
 
     #[test]
     fn a_script_load_answering_another_scripts_sha_is_an_error() {

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Counts the server's instructions per contended step of redlock's scripts, on Valkey
+# (the Valkey of the test suite's Valkey pass) under
+#     valgrind --tool=callgrind
+# Instruction counts do not depend on the machine's load, unlike `INFO cpu`, so they
+# resolve a change of a few per cent that the benchmark's spread hides. They leave out
+# the kernel's share (socket reads and writes), which `INFO cpu` counts.
+#
+# The steps, each on a key held by an unconfirmed grant (the distributed benchmark's
+# common case) with three waiters in line, each of whose clients listens:
+#   join   an attempt by a fourth waiter: it finds the key busy and joins the line
+#          (its registration is removed again after each step, the line kept)
+#   grant  the holder's release: it grants the key to the head and tells the next `N`
+# Each is measured as the difference between N and 2N repetitions, less the same
+# difference for the set-up commands alone (`setup`), divided by N: start-up and the
+# set-up cancel.
+#
+#   scripts/callgrind-scripts.sh          # N = 200 (about 2 minutes)
+#   scripts/callgrind-scripts.sh 400
+#
+# To compare two commits, run it in a checkout of each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/require-redis.sh
+source scripts/require-valkey.sh
+n=${1:-200}
+command -v valgrind >/dev/null || {
+    echo "valgrind is needed: apt-get install valgrind" >&2
+    exit 1
+}
+[ -n "${VALKEY_SERVER:-}" ] || { echo "Valkey is needed (see above)" >&2; exit 1; }
+
+work=$(mktemp -d)
+servers=()
+cleanup() {
+    for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+REDLOCK_DUMP_SCRIPTS=$work cargo test --locked --quiet -p redlock-runtime --lib \
+    scripts::tests::dump_scripts -- --ignored --exact >&2
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+hex() { printf "$1%.0s" $(seq 32); }
+holder=$(hex a)
+waiters=("$(hex b)" "$(hex c)" "$(hex d)")
+joiner=$(hex e)
+
+# One run of `kind` repeated `count` times: prints the server's instructions.
+run() {
+    local kind=$1 count=$2 port out
+    port=$(free_port)
+    out="$work/callgrind.$kind.$count"
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$VALKEY_SERVER" --port "$port" \
+        --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
+    local server=$!
+    servers+=("$server")
+    local cli=("$VALKEY_CLI" -h 127.0.0.1 -p "$port")
+    for _ in $(seq 100); do "${cli[@]}" PING >/dev/null 2>&1 && break; sleep 0.2; done
+    local acquire release
+    acquire=$("${cli[@]}" SCRIPT LOAD "$(cat "$work/acquire.lua")")
+    release=$("${cli[@]}" SCRIPT LOAD "$(cat "$work/release.lua")")
+    # Each waiter's client listens on its grant channel for the key.
+    local listeners=()
+    for id in "${waiters[@]}" "$joiner"; do
+        "${cli[@]}" SUBSCRIBE "redlock:granted:$id:k" >/dev/null &
+        listeners+=("$!")
+    done
+    sleep 1
+    local line="" expiries="" score=1
+    for id in "${waiters[@]}"; do
+        line+=" $score \"$id:1 10000 vm:1\""
+        expiries+=" 4000000000000 \"$id:1 10000 vm:1\""
+        score=$((score + 1))
+    done
+    for i in $(seq "$count"); do
+        echo "SET k \"$holder:1 1700000000000000 01700000000000~ vm:1\" PX 10000"
+        echo "ZADD redlock:waitlist:k$line"
+        echo "ZADD redlock:waitlist-expiry:k$expiries"
+        case $kind in
+            join) echo "EVALSHA $acquire 1 k $joiner:$i 10000 vm:1 \"$joiner:$i 10000 vm:1\"" ;;
+            grant) echo "EVALSHA $release 1 k $holder:1" ;;
+        esac
+        if [ "$kind" = grant ]; then
+            echo "DEL redlock:waitlist:k redlock:waitlist-expiry:k"
+        else
+            echo "ZREM redlock:waitlist:k \"$joiner:$i 10000 vm:1\""
+            echo "ZREM redlock:waitlist-expiry:k \"$joiner:$i 10000 vm:1\""
+        fi
+    done | "${cli[@]}" > "$work/replies.$kind.$count"
+    if grep -q ERR "$work/replies.$kind.$count"; then
+        echo "$kind: a script failed:" >&2
+        grep -m3 ERR "$work/replies.$kind.$count" >&2
+        exit 1
+    fi
+    "${cli[@]}" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+    wait "$server" 2>/dev/null || true
+    kill "${listeners[@]}" 2>/dev/null || true
+    callgrind_annotate "$out" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
+}
+
+declare -A cost
+for kind in setup join grant; do
+    small=$(run "$kind" "$n")
+    large=$(run "$kind" $((2 * n)))
+    cost[$kind]=$(( (large - small) / n ))
+done
+echo "Valkey instructions per step ($n and $((2 * n)) repetitions, set-up subtracted):"
+for kind in join grant; do
+    echo "  $kind: $(( cost[$kind] - cost[setup] ))"
+done
+echo "  (set-up commands alone: ${cost[setup]} per repetition)"

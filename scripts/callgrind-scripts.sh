@@ -18,7 +18,9 @@
 #   scripts/callgrind-scripts.sh          # N = 200 (about 2 minutes)
 #   scripts/callgrind-scripts.sh 400
 #
-# To compare two commits, run it in a checkout of each.
+# To compare two commits, run it in a checkout of each, or give it a directory holding
+# another commit's acquire.lua and release.lua (written by the ignored test
+# `scripts::tests::dump_scripts`, or by hand) as SCRIPTS=dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/require-redis.sh
@@ -38,8 +40,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-REDLOCK_DUMP_SCRIPTS=$work cargo test --locked --quiet -p redlock-runtime --lib \
-    scripts::tests::dump_scripts -- --ignored --exact >&2
+if [ -n "${SCRIPTS:-}" ]; then
+    cp "$SCRIPTS/acquire.lua" "$SCRIPTS/release.lua" "$work/"
+else
+    REDLOCK_DUMP_SCRIPTS=$work cargo test --locked --quiet -p redlock-runtime --lib \
+        scripts::tests::dump_scripts -- --ignored --exact >&2
+fi
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -11,6 +11,11 @@
 #   join   an attempt by a fourth waiter: it finds the key busy and joins the line
 #          (its registration is removed again after each step, the line kept)
 #   grant  the holder's release: it grants the key to the head and tells the next `N`
+# And without contention, on 64 keys in turn:
+#   cycle    an acquire and its release (redlock's scripts, with the arguments the
+#            client sends)
+#   minimum  the same with the benchmark's minimal fenced lock (its two scripts, from
+#            benches/locks/fenced_minimum.rs): the floor a fenced lock costs
 # Each is measured as the difference between N and 2N repetitions, less the same
 # difference for the set-up commands alone (`setup`), divided by N: start-up and the
 # set-up cancel.
@@ -47,6 +52,16 @@ else
         scripts::tests::dump_scripts -- --ignored --exact >&2
 fi
 
+# The minimal fenced lock's scripts, as the benchmark runs them.
+script_of() {
+    awk -v name="$1" '$0 ~ "^const " name ": &str = r#\"" { on = 1; next } on && /^"#;/ { exit } on' \
+        benches/locks/fenced_minimum.rs
+}
+script_of ACQUIRE > "$work/minimum-acquire.lua"
+script_of RELEASE > "$work/minimum-release.lua"
+[ -s "$work/minimum-acquire.lua" ] && [ -s "$work/minimum-release.lua" ] \
+    || { echo "could not read the fenced minimum's scripts" >&2; exit 1; }
+
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -66,9 +81,11 @@ run() {
     servers+=("$server")
     local cli=("$VALKEY_CLI" -h 127.0.0.1 -p "$port")
     for _ in $(seq 100); do "${cli[@]}" PING >/dev/null 2>&1 && break; sleep 0.2; done
-    local acquire release
+    local acquire release minimum_acquire minimum_release
     acquire=$("${cli[@]}" SCRIPT LOAD "$(cat "$work/acquire.lua")")
     release=$("${cli[@]}" SCRIPT LOAD "$(cat "$work/release.lua")")
+    minimum_acquire=$("${cli[@]}" SCRIPT LOAD "$(cat "$work/minimum-acquire.lua")")
+    minimum_release=$("${cli[@]}" SCRIPT LOAD "$(cat "$work/minimum-release.lua")")
     # Each waiter's client listens on its grant channel for the key.
     local listeners=()
     for id in "${waiters[@]}" "$joiner"; do
@@ -83,6 +100,18 @@ run() {
         score=$((score + 1))
     done
     for i in $(seq "$count"); do
+        local key="free:$((i % 64))" owner="$joiner:$i"
+        case $kind in
+            cycle)
+                echo "EVALSHA $acquire 1 $key $owner 10000 vm:1 \"$owner 10000 vm:1\""
+                echo "EVALSHA $release 1 $key $owner"
+                continue ;;
+            minimum)
+                echo "EVALSHA $minimum_acquire 2 $key redlock:fence \"$owner 1\" 10000"
+                echo "EVALSHA $minimum_release 1 $key \"$owner 1\""
+                continue ;;
+            none) echo "PING"; echo "PING"; continue ;;
+        esac
         echo "SET k \"$holder:1 1700000000000000 01700000000000~ vm:1\" PX 10000"
         echo "ZADD redlock:waitlist:k$line"
         echo "ZADD redlock:waitlist-expiry:k$expiries"
@@ -109,7 +138,7 @@ run() {
 }
 
 declare -A cost
-for kind in setup join grant; do
+for kind in setup join grant none cycle minimum; do
     small=$(run "$kind" "$n")
     large=$(run "$kind" $((2 * n)))
     cost[$kind]=$(( (large - small) / n ))
@@ -119,3 +148,7 @@ for kind in join grant; do
     echo "  $kind: $(( cost[$kind] - cost[setup] ))"
 done
 echo "  (set-up commands alone: ${cost[setup]} per repetition)"
+echo "Without contention, per acquire and release (two requests; two PINGs cost ${cost[none]}):"
+echo "  redlock: ${cost[cycle]}"
+echo "  fenced minimum: ${cost[minimum]}"
+python3 -c "print(f'  ratio: {${cost[cycle]} / ${cost[minimum]}:.3f} ({(${cost[cycle]} - ${cost[none]}) / (${cost[minimum]} - ${cost[none]}):.3f} less the PINGs)')"

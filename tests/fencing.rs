@@ -107,6 +107,82 @@ async fn tokens_keep_increasing_across_keys_and_a_restart_without_persistence() 
     assert_eq!(keys, vec!["redlock:fence".to_string()]);
 }
 
+/// The scripts compare the counter with the clock as digits while both have as many:
+/// a counter ahead of the clock (another server's tokens, or one raised by hand), one
+/// with fewer digits, and one that is not a number at all each give the token they
+/// gave when compared as numbers, in the one-key acquire, a grant and `lock_all`.
+#[tokio::test]
+async fn a_counter_ahead_of_the_clock_shorter_or_not_a_number_gives_the_same_tokens() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let mut redis = raw(&server).await;
+    let now_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64
+    };
+    let token_of = |client: &LockClient, key: &'static str| {
+        let client = client.clone();
+        async move {
+            let guard = client
+                .lock(key)
+                .lease(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap();
+            let token = guard.fencing_token();
+            guard.release().await.unwrap();
+            token
+        }
+    };
+
+    // Ahead by 1000 s, with as many digits: the next token is the counter's next.
+    let ahead = now_us() + 1_000_000_000;
+    let _: () = redis.set("redlock:fence", ahead).await.unwrap();
+    assert_eq!(token_of(&client, "a").await, ahead + 1);
+    assert_eq!(token_of(&client, "b").await, ahead + 2);
+    let both = client.lock_all(["c", "d"]).acquire().await.unwrap();
+    assert_eq!(
+        (both.fencing_token("c"), both.fencing_token("d")),
+        (Some(ahead + 3), Some(ahead + 4))
+    );
+    both.release().await.unwrap();
+
+    // A grant: a waiter given the key by a release takes the counter's next too.
+    let holder = client
+        .lock("e")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = common::wait_for_key(common::client(&server).await, "e", Duration::from_secs(5));
+    common::until_waiting(&client, "e", 1).await;
+    common::until_listening(&server, "e", 1).await;
+    holder.release().await.unwrap();
+    let granted = waiter.await.unwrap();
+    // Above the holder's (ahead + 5) and the waiter's attempts' own (each took one):
+    // the counter's, where the clock would give one 1000 s behind.
+    let token = granted.fencing_token();
+    assert!(
+        token > ahead + 6 && token < ahead + 100,
+        "granted {token}, the counter was at {}",
+        ahead + 5
+    );
+    granted.release().await.unwrap();
+
+    // Fewer digits, and not a number: the clock.
+    for counter in ["42", "not a number"] {
+        let _: () = redis.set("redlock:fence", counter).await.unwrap();
+        let before = now_us();
+        let token = token_of(&client, "f").await;
+        assert!(
+            token >= before && token <= now_us(),
+            "counter {counter:?}: token {token} is not the clock ({before}..)"
+        );
+    }
+}
+
 #[tokio::test]
 async fn tokens_keep_increasing_after_a_crash_restart_from_a_snapshot() {
     let mut server = RedisServer::start_persistent(&STOCK_SAVE_POINTS);

@@ -1009,17 +1009,28 @@ async fn release_on(
     script.invoke_async(&mut connection).await
 }
 
-/// The acquire script's reply: the common success as a bare token, anything else as
-/// the array [`parse_attempt`] reads (see `scripts::ACQUIRE`).
+/// The acquire script's reply: the common success as a bare token (its digits; an
+/// integer from older scripts), anything else as the array [`parse_attempt`] reads
+/// (see `scripts::ACQUIRE`).
 fn parse_acquire_reply(reply: Value) -> RedisResult<(Attempt, Boot)> {
-    match reply {
-        Value::Int(token) if token > 0 => Ok((
+    let token = match &reply {
+        Value::Int(token) if *token > 0 => Some(*token as u64),
+        Value::BulkString(digits) => std::str::from_utf8(digits)
+            .ok()
+            .and_then(|digits| digits.parse::<u64>().ok())
+            .filter(|token| *token > 0),
+        _ => None,
+    };
+    if let Some(token) = token {
+        return Ok((
             Attempt::Acquired {
-                token: token as u64,
+                token,
                 handed_off: false,
             },
             Boot::Votes,
-        )),
+        ));
+    }
+    match reply {
         Value::Array(reply) => parse_attempt(reply),
         other => Err(redis::RedisError::from((
             redis::ErrorKind::Parse,
@@ -1353,6 +1364,29 @@ mod tests {
     }
 
     #[test]
+    fn a_bare_token_is_an_acquisition_as_digits_or_as_an_integer() {
+        let acquired = |reply| match parse_acquire_reply(reply) {
+            Ok((Attempt::Acquired { token, handed_off }, Boot::Votes)) => {
+                assert!(!handed_off);
+                Some(token)
+            }
+            _ => None,
+        };
+        assert_eq!(acquired(bulk("1795404822378057")), Some(1795404822378057));
+        // From a script of an older version.
+        assert_eq!(
+            acquired(Value::Int(1795404822378057)),
+            Some(1795404822378057)
+        );
+        for not_a_token in ["0", "", "17954048223780x7", "-5"] {
+            assert!(
+                parse_acquire_reply(bulk(not_a_token)).is_err(),
+                "{not_a_token:?}"
+            );
+        }
+    }
+
+    #[test]
     fn acquire_replies_mean_what_the_script_says() {
         let (attempt, boot) = parse_attempt(vec![
             Value::Int(1),
@@ -1479,7 +1513,7 @@ mod tests {
             parse_acquire_reply(Value::Array(vec![Value::Int(0), Value::Int(9)])).unwrap();
         assert!(matches!(attempt, Attempt::Busy { .. }));
         assert!(parse_acquire_reply(Value::Int(0)).is_err());
-        assert!(parse_acquire_reply(bulk("1")).is_err());
+        assert!(parse_acquire_reply(bulk("one")).is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@
 #
 #   scripts/callgrind-scripts.sh          # N = 200 (about 2 minutes)
 #   scripts/callgrind-scripts.sh 400
+#   CONTENDED=0 scripts/callgrind-scripts.sh   # the uncontended cycle alone
 #
 # To compare two commits, run it in a checkout of each, or give it a directory holding
 # another commit's acquire.lua and release.lua (written by the ignored test
@@ -38,9 +39,11 @@ command -v valgrind >/dev/null || {
 [ -n "${VALKEY_SERVER:-}" ] || { echo "Valkey is needed (see above)" >&2; exit 1; }
 
 work=$(mktemp -d)
-servers=()
+# Every process started, by pid (each run is a subshell: a variable would not come back).
 cleanup() {
-    for pid in "${servers[@]}"; do kill "$pid" 2>/dev/null || true; done
+    if [ -f "$work/pids" ]; then
+        xargs -r kill 2>/dev/null < "$work/pids" || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -78,7 +81,7 @@ run() {
     valgrind --tool=callgrind --callgrind-out-file="$out" "$VALKEY_SERVER" --port "$port" \
         --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
     local server=$!
-    servers+=("$server")
+    echo "$server" >> "$work/pids"
     local cli=("$VALKEY_CLI" -h 127.0.0.1 -p "$port")
     for _ in $(seq 100); do "${cli[@]}" PING >/dev/null 2>&1 && break; sleep 0.2; done
     local acquire release minimum_acquire minimum_release
@@ -89,8 +92,9 @@ run() {
     # Each waiter's client listens on its grant channel for the key.
     local listeners=()
     for id in "${waiters[@]}" "$joiner"; do
-        "${cli[@]}" SUBSCRIBE "redlock:granted:$id:k" >/dev/null &
+        "${cli[@]}" SUBSCRIBE "redlock:granted:$id:k" >/dev/null 2>&1 &
         listeners+=("$!")
+        echo "$!" >> "$work/pids"
     done
     sleep 1
     local line="" expiries="" score=1
@@ -125,29 +129,36 @@ run() {
             echo "ZREM redlock:waitlist:k \"$joiner:$i 10000 vm:1\""
             echo "ZREM redlock:waitlist-expiry:k \"$joiner:$i 10000 vm:1\""
         fi
-    done | "${cli[@]}" > "$work/replies.$kind.$count"
+    done | "${cli[@]}" > "$work/replies.$kind.$count" 2>&1
+    kill "${listeners[@]}" 2>/dev/null || true
+    "${cli[@]}" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+    wait "$server" 2>/dev/null || true
     if grep -q ERR "$work/replies.$kind.$count"; then
         echo "$kind: a script failed:" >&2
         grep -m3 ERR "$work/replies.$kind.$count" >&2
         exit 1
     fi
-    "${cli[@]}" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
-    wait "$server" 2>/dev/null || true
-    kill "${listeners[@]}" 2>/dev/null || true
     callgrind_annotate "$out" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
 }
 
+# CONTENDED=0 leaves the contended steps out.
+kinds=(none cycle minimum)
+if [ "${CONTENDED:-1}" != 0 ]; then
+    kinds=(setup join grant "${kinds[@]}")
+fi
 declare -A cost
-for kind in setup join grant none cycle minimum; do
-    small=$(run "$kind" "$n")
-    large=$(run "$kind" $((2 * n)))
+for kind in "${kinds[@]}"; do
+    small=$(run "$kind" "$n") || exit 1
+    large=$(run "$kind" $((2 * n))) || exit 1
     cost[$kind]=$(( (large - small) / n ))
 done
-echo "Valkey instructions per step ($n and $((2 * n)) repetitions, set-up subtracted):"
-for kind in join grant; do
-    echo "  $kind: $(( cost[$kind] - cost[setup] ))"
-done
-echo "  (set-up commands alone: ${cost[setup]} per repetition)"
+if [ -n "${cost[setup]:-}" ]; then
+    echo "Valkey instructions per step ($n and $((2 * n)) repetitions, set-up subtracted):"
+    for kind in join grant; do
+        echo "  $kind: $(( cost[$kind] - cost[setup] ))"
+    done
+    echo "  (set-up commands alone: ${cost[setup]} per repetition)"
+fi
 echo "Without contention, per acquire and release (two requests; two PINGs cost ${cost[none]}):"
 echo "  redlock: ${cost[cycle]}"
 echo "  fenced minimum: ${cost[minimum]}"

@@ -101,9 +101,11 @@ fn is_writer(id: &str) -> String {
 /// the owner token `owner`: the value starts with the token and a space. Shared by every
 /// script that compares before it writes; spliced as an expression rather than defined
 /// as a function, which would be a closure made anew on every run (see [`next_token`]).
+/// A plain search and a byte, not two new strings (a cut and the token with its space):
+/// every release runs it, and each string Lua makes is hashed, and collected later.
 fn owned_by(value: &str, owner: &str) -> String {
     format!(
-        "(type({value}) == 'string' and string.sub({value}, 1, #{owner} + 1) == {owner} .. ' ')"
+        "(type({value}) == 'string' and string.find({value}, {owner}, 1, true) == 1 and string.byte({value}, #{owner} + 1) == 32)"
     )
 }
 
@@ -284,7 +286,9 @@ pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
 -- Off a cluster, and without a restart marker, only the lock key is sent: the fencing
 -- counter and the waitlist are derived, and the publish command (ARGV[7]) defaults to
 -- PUBLISH. Each argument costs Redis a parse and a Lua string on every acquisition.
-local KEYS = {{KEYS[1], KEYS[2] or '{FENCE_KEY}', KEYS[3] or '{WAITLIST_PREFIX}' .. KEYS[1], KEYS[4], KEYS[5], KEYS[6]}}
+-- The waitlist's name is made only on the paths that use it: an uncontended
+-- acquisition does not.
+local KEYS = {{KEYS[1], KEYS[2] or '{FENCE_KEY}', KEYS[3], KEYS[4], KEYS[5], KEYS[6]}}
 local publish = ARGV[7] or 'PUBLISH'
 local boot, left = 0, 0
 if ARGV[9] and ARGV[9] ~= '' then
@@ -321,6 +325,7 @@ end
 local handed_off = 0
 local previous = ARGV[8]
 if previous and previous ~= '' then
+  {waitlist}
   local held = redis.pcall('GET', KEYS[1])
   if {previous_owns} then
     redis.call('DEL', KEYS[1])
@@ -331,15 +336,15 @@ end
 {token}
 -- Who holds it, with which token, since when (ms): read by `inspect`. A key that
 -- changes hands here (a hand-off, a reservation taken) may have waiters listening:
--- its lock is contended from the start.
-local head = ARGV[1] .. ' ' .. clock .. ' ' .. since_ms
-local tail = ' ' .. ARGV[3]
-local contended = ''
-if handed_off == 1 then contended = '{CONTENDED}' end
+-- its lock is contended from the start. Each value is made in one concatenation:
+-- every string Lua makes is hashed and later collected, and an uncontended
+-- acquisition makes few.
+local contended = ' '
+if handed_off == 1 then contended = '{CONTENDED} ' end
 -- Taken if free; otherwise `GET` answers what holds it, in the same call (WRONGTYPE for
 -- a key of another type: not a lock). Any other error is the server's (before 7.0,
 -- NX with GET is a syntax error) and goes to the client as it is, named.
-local value = redis.pcall('SET', KEYS[1], head .. contended .. tail, 'NX', 'PX', ARGV[2], 'GET')
+local value = redis.pcall('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. contended .. ARGV[3], 'NX', 'PX', ARGV[2], 'GET')
 if type(value) == 'table' and value.err and not string.find(value.err, '^WRONGTYPE') then
   return redis.error_reply('redlock needs Redis 7.0 or newer (SET NX GET): ' .. value.err)
 end
@@ -359,7 +364,7 @@ if not acquired then
     -- follows: the other waiters heard what they need when it was made (`free_for_next`
     -- announces a grant of a shorter lease), and this lease, counted from now, ends no
     -- sooner than that one.
-    redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. ARGV[3], 'PX', ARGV[2])
     acquired = true
     reserved = true
   else
@@ -375,6 +380,7 @@ if not acquired then
 end
 if acquired then
   if ARGV[5] == '1' or reserved then
+    {waitlist}
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('ZREM', {expiries}, ARGV[4])
     if not reserved and handed_off == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
@@ -382,7 +388,7 @@ if acquired then
       -- out) while others wait: contended, so that its release goes to the line, and
       -- its lease announced, which may end sooner than the one they were told (as a
       -- lapsed grant's check announces the grant it passes on).
-      redis.call('SET', KEYS[1], head .. '{CONTENDED}' .. tail, 'PX', ARGV[2])
+      redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. ARGV[3], 'PX', ARGV[2])
       redis.call(publish, {channel}, 'T:' .. ARGV[2])
     end
   end
@@ -411,6 +417,7 @@ if ARGV[4] ~= '' then
     -- back soon, so that it lapses soon after this writer is gone (killed).
     ttl = math.min(ttl, {WRITER_REFRESH_MS})
   end
+  {waitlist}
   local expiries = {expiries}
   registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
   -- (The first byte a hex digit: a lock's owner token, not `kept:`, `reserved:`.)
@@ -432,6 +439,7 @@ end
 return {{0, ttl, boot, 0, token, ms, registered, left}}
 "#,
         token = next_token("KEYS[2]"),
+        waitlist = format!("KEYS[3] = KEYS[3] or '{WAITLIST_PREFIX}' .. KEYS[1]"),
         previous_owns = owned_by("held", "previous"),
         evidence = leave_evidence(
             &format!(

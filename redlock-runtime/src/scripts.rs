@@ -252,7 +252,7 @@ pub(crate) fn all() -> [&'static Lua; 11] {
 /// release is published; a lock that nobody found busy is released without a message.
 ///
 /// Returns `{1, token, handed_off, boot, left}` when acquired (`handed_off` = 1 if the
-/// previous owner's lock was found and deleted) — just `token`, an integer, when
+/// previous owner's lock was found and deleted) — just `token`, its digits, when
 /// `handed_off` and `boot` are 0: the common reply, the cheapest for the client to
 /// read — `{0, pttl, boot, 0, floor, ms, registered, left}` when held by another owner
 /// or reserved for another waiter (`floor`: the token this attempt took, above every
@@ -399,7 +399,7 @@ if acquired then
     redis.call(publish, {channel}, 'T:' .. ARGV[2])
   end
   if handed_off == 0 and boot == 0 then
-    -- The common case, as one integer: a reply the client reads without an array.
+    -- The common case, the token alone: a reply the client reads without an array.
     return token
   end
   return {{1, token, handed_off, boot, left}}
@@ -575,7 +575,11 @@ return tokens
 /// server's instructions for an uncontended acquire and release
 /// (`scripts/callgrind-scripts.sh`'s way of counting). Numbers are compared only when
 /// the lengths differ or the counter is not below the clock, and a counter that is not
-/// a number is passed over, as before.
+/// a number is passed over, as before. Every writer of the counter (these scripts,
+/// `ACQUIRE_ALL`, [`RAISE_FENCE`]) writes plain digits; a counter of 16 characters
+/// edited by hand into another form (`1.0000000000e20`) would be compared as digits,
+/// and passed over. (Lua compares strings with `strcoll`: in every locale, digit
+/// strings of one length sort as their numbers.)
 fn next_token(fence: &str) -> String {
     next_token_at(fence, "redis.call('TIME')")
 }

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, raw};
+use common::{client, raw, token_of};
 use redis::AsyncCommands;
 use redlock_runtime::LockClient;
 use redlock_testkit::{RedisCluster, RedisServer};
@@ -77,15 +77,9 @@ async fn tokens_keep_increasing_across_keys_and_a_restart_without_persistence() 
     let client = client(&server).await;
     let mut last = 0;
     for key in ["a", "b", "a", "c", "a"] {
-        let guard = client
-            .lock(key)
-            .lease(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap();
-        assert!(guard.fencing_token() > last);
-        last = guard.fencing_token();
-        guard.release().await.unwrap();
+        let token = token_of(&client, key).await;
+        assert!(token > last);
+        last = token;
     }
     server.restart();
     // The client reconnects by itself, reloads its scripts, and tokens keep growing.
@@ -122,21 +116,6 @@ async fn a_counter_ahead_of_the_clock_shorter_or_not_a_number_gives_the_same_tok
             .unwrap()
             .as_micros() as u64
     };
-    let token_of = |client: &LockClient, key: &'static str| {
-        let client = client.clone();
-        async move {
-            let guard = client
-                .lock(key)
-                .lease(Duration::from_secs(5))
-                .acquire()
-                .await
-                .unwrap();
-            let token = guard.fencing_token();
-            guard.release().await.unwrap();
-            token
-        }
-    };
-
     // Ahead by 1000 s, with as many digits: the next token is the counter's next.
     let ahead = now_us() + 1_000_000_000;
     let _: () = redis.set("redlock:fence", ahead).await.unwrap();

@@ -106,6 +106,19 @@ pub async fn until_listening(server: &RedisServer, key: &str, count: usize) {
     }
 }
 
+/// Takes `key` at once (a 5 s lease) and releases it: the fencing token it was given.
+pub async fn token_of(client: &LockClient, key: &str) -> u64 {
+    let guard = client
+        .lock(key)
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_or_else(|error| panic!("could not lock {key:?}: {error}"));
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    token
+}
+
 /// Calls of EVALSHA so far, from Redis's own statistics.
 pub fn evalsha_calls(server: &RedisServer) -> u64 {
     command_calls(server, "evalsha")

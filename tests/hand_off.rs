@@ -276,7 +276,8 @@ async fn until_waiting(label: &str, count: f64) {
 /// (`hand_off::PICK_UP_LIMIT`): a machine that starves this thread that long (the
 /// suite's passes running side by side on two cores) makes a round where the taker
 /// never picks the baton up, and finds the key free. Such a round checks nothing, and
-/// runs again, up to five times.
+/// runs again, up to twenty times (five were not enough once: a clean clone's first
+/// run, three passes side by side, missed five rounds in a row on Valkey).
 #[tokio::test]
 async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_gone_as_lost() {
     let server = RedisServer::start();
@@ -289,7 +290,7 @@ async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_g
             panic!("the taker fails before its acquire script is sent")
         }
     });
-    for round in 1..=5 {
+    for round in 1..=20 {
         let lost_before = lost_total("vanishing", "renewal");
         let holder = client
             .lock("vanishing")
@@ -347,7 +348,7 @@ async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_g
         assert_eq!(client.active_keys(), 0, "the client still tracks the key");
         return;
     }
-    panic!("in five rounds the baton was never picked up within the pick-up limit");
+    panic!("in twenty rounds the baton was never picked up within the pick-up limit");
 }
 
 /// The next in line picks the lock up and sends its script, then is never polled again

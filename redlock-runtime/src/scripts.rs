@@ -97,8 +97,8 @@ fn is_writer(id: &str) -> String {
     )
 }
 
-/// Lua that is true when the lock value `value` (a local: it is read twice) belongs to
-/// the owner token `owner`: the value starts with the token and a space. Shared by every
+/// Lua that is true when the lock value `value` (a local: it is read more than once)
+/// belongs to the owner token `owner`: the value starts with the token and a space. Shared by every
 /// script that compares before it writes; spliced as an expression rather than defined
 /// as a function, which would be a closure made anew on every run (see [`next_token`]).
 /// A plain search and a byte, not two new strings (a cut and the token with its space):
@@ -344,7 +344,7 @@ if handed_off == 1 then contended = '{CONTENDED} ' end
 -- Taken if free; otherwise `GET` answers what holds it, in the same call (WRONGTYPE for
 -- a key of another type: not a lock). Any other error is the server's (before 7.0,
 -- NX with GET is a syntax error) and goes to the client as it is, named.
-local value = redis.pcall('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. contended .. ARGV[3], 'NX', 'PX', ARGV[2], 'GET')
+local value = redis.pcall('SET', KEYS[1], {value_marked_by_contended}, 'NX', 'PX', ARGV[2], 'GET')
 if type(value) == 'table' and value.err and not string.find(value.err, '^WRONGTYPE') then
   return redis.error_reply('redlock needs Redis 7.0 or newer (SET NX GET): ' .. value.err)
 end
@@ -364,7 +364,7 @@ if not acquired then
     -- follows: the other waiters heard what they need when it was made (`free_for_next`
     -- announces a grant of a shorter lease), and this lease, counted from now, ends no
     -- sooner than that one.
-    redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. ARGV[3], 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], {contended_value}, 'PX', ARGV[2])
     acquired = true
     reserved = true
   else
@@ -388,7 +388,7 @@ if acquired then
       -- out) while others wait: contended, so that its release goes to the line, and
       -- its lease announced, which may end sooner than the one they were told (as a
       -- lapsed grant's check announces the grant it passes on).
-      redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. '{CONTENDED} ' .. ARGV[3], 'PX', ARGV[2])
+      redis.call('SET', KEYS[1], {contended_value}, 'PX', ARGV[2])
       redis.call(publish, {channel}, 'T:' .. ARGV[2])
     end
   end
@@ -439,6 +439,8 @@ end
 return {{0, ttl, boot, 0, token, ms, registered, left}}
 "#,
         token = next_token("KEYS[2]"),
+        value_marked_by_contended = lock_value("contended"),
+        contended_value = lock_value(&format!("'{CONTENDED} '")),
         waitlist = format!("KEYS[3] = KEYS[3] or '{WAITLIST_PREFIX}' .. KEYS[1]"),
         previous_owns = owned_by("held", "previous"),
         evidence = leave_evidence(
@@ -464,6 +466,14 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
         ),
     ))
 });
+
+/// Lua for the lock value [`ACQUIRE`] writes, `<owner> <token> <since ms><mark> <name>`,
+/// made in one concatenation from its locals `clock` and `since_ms` and its arguments;
+/// `mark` is a Lua expression for the contended mark and the space after it (see
+/// [`CONTENDED`]).
+fn lock_value(mark: &str) -> String {
+    format!("ARGV[1] .. ' ' .. clock .. ' ' .. since_ms .. {mark} .. ARGV[3]")
+}
 
 /// How long a waiter's registration outlives the lease it was told (ms): it refreshes
 /// it by attempting when that lease ends at the latest. [`ACQUIRE`]'s default.

@@ -142,15 +142,16 @@ async fn hand_offs_survive_waiters_that_give_up_mid_way() {
     assert_eq!(client.active_keys(), 0, "the client still tracks the key");
 }
 
-/// A layer that acts when a task of this thread takes its turn at `key` with a baton
-/// (the `turn_taken` event of the `redlock::timing` target): that task has picked up a
-/// releasing holder's lock and is about to send its acquire script.
-struct OnBatonPickedUp<F> {
-    key: &'static str,
-    act: F,
-}
+/// What to do when a task takes its turn at a key with a baton, by key (each test
+/// watches keys of its own).
+type BatonActions = Mutex<BTreeMap<&'static str, Arc<dyn Fn() + Send + Sync>>>;
 
-impl<S: tracing::Subscriber, F: Fn() + Send + Sync + 'static> Layer<S> for OnBatonPickedUp<F> {
+/// A layer that acts when a task takes its turn at a watched key with a baton (the
+/// `turn_taken` event of the `redlock::timing` target): that task has picked up a
+/// releasing holder's lock and is about to send its acquire script.
+struct OnBatonPickedUp(&'static BatonActions);
+
+impl<S: tracing::Subscriber> Layer<S> for OnBatonPickedUp {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
         #[derive(Default)]
         struct Fields {
@@ -174,30 +175,63 @@ impl<S: tracing::Subscriber, F: Fn() + Send + Sync + 'static> Layer<S> for OnBat
         }
         let mut fields = Fields::default();
         event.record(&mut fields);
-        if fields.baton && fields.key == self.key {
-            (self.act)();
+        if !fields.baton {
+            return;
+        }
+        // Cloned out, so that the action (which may panic) runs without the lock.
+        let act = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(fields.key.as_str())
+            .cloned();
+        if let Some(act) = act {
+            act();
         }
     }
 }
 
-/// Watches this thread's hand-offs of `key` (the tests run on a current-thread runtime).
-fn on_baton_picked_up(
+/// Runs `act` whenever a task picks up a baton at `key`, until the returned watch is
+/// dropped.
+///
+/// One subscriber for the whole binary, set globally, not one per test set on its
+/// thread: tracing caches each call site's interest, and with a single subscriber
+/// registered it computes that interest from the default subscriber of whichever
+/// thread first reaches the call site. A test of this file that took its first turn
+/// on another thread just after a per-test subscriber was set cached "never" for
+/// `turn_taken`, and the watching test then saw no baton in any of its twenty rounds
+/// (CI, e2df23c).
+fn on_baton_picked_up(key: &'static str, act: impl Fn() + Send + Sync + 'static) -> BatonWatch {
+    static ACTIONS: OnceLock<&'static BatonActions> = OnceLock::new();
+    let actions = *ACTIONS.get_or_init(|| {
+        let actions: &'static BatonActions = Box::leak(Box::default());
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(OnBatonPickedUp(actions)),
+        )
+        .expect("the only subscriber of this binary");
+        actions
+    });
+    let previous = actions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, Arc::new(act));
+    assert!(previous.is_none(), "{key} is watched twice");
+    BatonWatch { actions, key }
+}
+
+/// Stops the action `on_baton_picked_up` set for its key when dropped.
+struct BatonWatch {
+    actions: &'static BatonActions,
     key: &'static str,
-    act: impl Fn() + Send + Sync + 'static,
-) -> (
-    tracing::subscriber::DefaultGuard,
-    std::sync::MutexGuard<'static, ()>,
-) {
-    // One test at a time with a subscriber of its own: with two of them set on two
-    // threads at once, the baton's event went unseen by one in about 1 run of 10 of
-    // this binary (never with the tests run one by one).
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let guard = tracing::subscriber::set_default(
-        tracing_subscriber::registry().with(OnBatonPickedUp { key, act }),
-    );
-    tracing::callsite::rebuild_interest_cache();
-    (guard, turn)
+}
+
+impl Drop for BatonWatch {
+    fn drop(&mut self) {
+        self.actions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(self.key);
+    }
 }
 
 /// Polls `future` once, with the calling task's waker.

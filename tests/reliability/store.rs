@@ -7,6 +7,7 @@
 //! order in which the store took writes.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -44,9 +45,16 @@ impl std::fmt::Debug for FencedStore {
 
 impl FencedStore {
     pub async fn connect(url: &str) -> Self {
+        // The store is no part of what is tested: it waits as long as a loaded machine
+        // needs, not the redis crate's default 500 ms (a worker process failed once in a
+        // warm run of the suite, three passes side by side; a store that did not answer
+        // in time is one way it panics).
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            .set_response_timeout(Some(Duration::from_secs(10)));
         let connection = redis::Client::open(url)
             .expect("store url")
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("connect to the store");
         FencedStore { connection }

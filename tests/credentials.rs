@@ -457,7 +457,8 @@ async fn sentinel_with_passwords_locks_and_follows_the_primary() {
     let client = connect(
         LockClient::builder_from_spec(&spec)
             // WAIT on the primary, and the replica's confirmation, with the password too.
-            .confirm_replicas(1, Duration::from_millis(500))
+            // (Three times 500 ms: a loaded machine acknowledges later than 500 ms at times.)
+            .confirm_replicas(1, Duration::from_millis(1500))
             .response_timeout(Duration::from_secs(2)),
     )
     .await

@@ -310,8 +310,9 @@ async fn until_waiting(label: &str, count: f64) {
 /// (`hand_off::PICK_UP_LIMIT`): a machine that starves this thread that long (the
 /// suite's passes running side by side on two cores) makes a round where the taker
 /// never picks the baton up, and finds the key free. Such a round checks nothing, and
-/// runs again, up to twenty times (five were not enough once: a clean clone's first
-/// run, three passes side by side, missed five rounds in a row on Valkey).
+/// runs again, up to twenty times. (Runs that missed every round, five and then twenty,
+/// were not starved: the baton's event went unseen, for the reason given at
+/// `on_baton_picked_up`.)
 #[tokio::test]
 async fn a_hand_off_whose_taker_fails_before_its_script_reports_a_lock_already_gone_as_lost() {
     let server = RedisServer::start();

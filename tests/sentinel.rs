@@ -13,7 +13,10 @@ use redlock_testkit::{RedisServer, SentinelSetup};
 async fn confirming_client(setup: &SentinelSetup, replicas: usize) -> LockClient {
     LockClient::builder_for(setup.sentinel_urls())
         .sentinel(SERVICE)
-        .confirm_replicas(replicas, Duration::from_millis(500))
+        // Three times the 500 ms a quiet machine needs, under the response timeout: the
+        // suite's passes side by side on two cores held a replica's acknowledgement past
+        // 500 ms once.
+        .confirm_replicas(replicas, Duration::from_millis(1500))
         .response_timeout(Duration::from_secs(2))
         .connect_timeout(Duration::from_millis(500))
         .connect()

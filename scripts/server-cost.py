@@ -16,8 +16,8 @@ from the processes' common start (connecting is left out, as in the benchmark):
     scripts/server-cost.py 16 rslock          # rslock in the same harness
     scripts/server-cost.py 2 redlock 40 BIN   # another benchmark binary
 
-The benchmark binary is the newest target/release/deps/locks-* (build it with
-`cargo bench --bench locks --no-run`), or BIN. REDIS_SERVER chooses the server binary
+The benchmark binary is the newest release/deps/locks-* under CARGO_TARGET_DIR (else
+target/; build it with `cargo bench --bench locks --no-run`), or BIN. REDIS_SERVER chooses the server binary
 (valkey-server, say). Figures vary from run to run on a busy machine: run each lock
 several times, alternated.
 """
@@ -90,7 +90,8 @@ def main():
         binary = sys.argv[4]
     else:
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-        found = [path for path in glob.glob(os.path.join(root, "target/release/deps/locks-*"))
+        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
+        found = [path for path in glob.glob(os.path.join(target, "release/deps/locks-*"))
                  if os.access(path, os.X_OK) and not path.endswith(".d")]
         if not found:
             sys.exit("no benchmark binary: run `cargo bench --bench locks --no-run`, or name one")
@@ -120,8 +121,12 @@ def main():
             children.append(subprocess.Popen([binary], env=env, stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, text=True))
         for child in children:
-            while child.stdout.readline().strip() != "ready":
-                pass
+            while True:
+                line = child.stdout.readline()
+                if not line:
+                    sys.exit(f"a benchmark process exited before it was ready ({binary})")
+                if line.strip() == "ready":
+                    break
         conn.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
         conn.call("CONFIG", "SET", "slowlog-max-len", "1000000")
         conn.call("SLOWLOG", "RESET")
@@ -138,12 +143,15 @@ def main():
                 if line.startswith("hold "):
                     _, _asked, _acquired, releasing, released = line.split()
                     releases.append((int(released) - int(releasing)) / 1000)
+            else:
+                sys.exit("a benchmark process stopped before it was done: its figures would be partial")
         after = info(conn, "cpu")
         stats = info(conn, "commandstats")
         slowlog = conn.call("SLOWLOG", "GET", "-1")
         for child in children:
             child.stdin.close()
-            child.wait()
+            if child.wait() != 0:
+                sys.exit(f"a benchmark process failed (exit status {child.returncode})")
     finally:
         for child in children:
             child.kill()

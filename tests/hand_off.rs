@@ -209,13 +209,18 @@ fn on_baton_picked_up(key: &'static str, act: impl Fn() + Send + Sync + 'static)
             tracing_subscriber::registry().with(OnBatonPickedUp(actions)),
         )
         .expect("the only subscriber of this binary");
+        // Once more now that it is the default: `set_global_default` computes the
+        // interests while the subscriber is registered but not yet the default, and a
+        // call site reached in between by a thread without one would keep "never".
+        tracing::callsite::rebuild_interest_cache();
         actions
     });
-    let previous = actions
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, Arc::new(act));
-    assert!(previous.is_none(), "{key} is watched twice");
+    match actions.lock().unwrap_or_else(|e| e.into_inner()).entry(key) {
+        std::collections::btree_map::Entry::Vacant(free) => {
+            free.insert(Arc::new(act));
+        }
+        std::collections::btree_map::Entry::Occupied(_) => panic!("{key} is watched twice"),
+    }
     BatonWatch { actions, key }
 }
 

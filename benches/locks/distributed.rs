@@ -495,7 +495,7 @@ async fn run_once(bench: &mut Bench, library: &str, processes: usize, holds: usi
 pub async fn run(bench: &mut Bench, holds: Option<usize>) {
     let holds = holds.unwrap_or((HOLDS / bench.scale).max(5));
     // Redis's commands and the client CPU per acquisition at 16 processes, against
-    // which the 48-process figures are checked (flat: within 1.25 ×).
+    // which the 48-process figures are checked (flat: see `flat` below).
     let mut at_16: Option<[(f64, f64); 2]> = None;
     for processes in PROCESSES {
         bench.progress(&format!("distributed, {processes} processes"));

@@ -10,10 +10,7 @@ server), 300 runs each, p50. Starts a redis-server of its own on a free loopback
 """
 
 import os
-import socket
-import subprocess
 import sys
-import time
 
 # Its RESP connection and helpers come from server-cost.py (no bytecode cache left in
 # scripts/).
@@ -33,19 +30,9 @@ SCRIPTS = {
 
 def main():
     port = server_cost.free_port()
-    server = subprocess.Popen(
-        [os.environ.get("REDIS_SERVER", "redis-server"), "--port", str(port), "--bind",
-         "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    server = server_cost.start_server(port)
     try:
-        for _ in range(100):
-            try:
-                conn = server_cost.Resp(port)
-                conn.call("PING")
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            sys.exit("redis-server did not start")
+        conn = server_cost.connect(port)
         shas = {conn.call("SCRIPT", "LOAD", body): name for name, body in SCRIPTS.items()}
         conn.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
         conn.call("CONFIG", "SET", "slowlog-max-len", "100000")

@@ -72,6 +72,26 @@ class Resp:
         raise RuntimeError(f"unexpected reply {line!r}")
 
 
+def start_server(port):
+    """A redis-server (REDIS_SERVER: another binary) on `port`, without persistence."""
+    return subprocess.Popen(
+        [os.environ.get("REDIS_SERVER", "redis-server"), "--port", str(port), "--bind",
+         "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL)
+
+
+def connect(port):
+    """A connection to the server just started on `port`, once it answers."""
+    for _ in range(100):
+        try:
+            conn = Resp(port)
+            conn.call("PING")
+            return conn
+        except OSError:
+            time.sleep(0.05)
+    sys.exit("redis-server did not start")
+
+
 def info(conn, section):
     text = conn.call("INFO", section)
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -97,21 +117,10 @@ def main():
             sys.exit("no benchmark binary: run `cargo bench --bench locks --no-run`, or name one")
         binary = max(found, key=os.path.getmtime)
     port = free_port()
-    server = subprocess.Popen(
-        [os.environ.get("REDIS_SERVER", "redis-server"), "--port", str(port), "--bind",
-         "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL)
+    server = start_server(port)
     children = []
     try:
-        for _ in range(100):
-            try:
-                conn = Resp(port)
-                conn.call("PING")
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            sys.exit("redis-server did not start")
+        conn = connect(port)
         url = f"redis://127.0.0.1:{port}"
         for index in range(processes):
             # The child's settings, as benches/locks/distributed.rs reads them: lock, URL,

@@ -9,8 +9,10 @@
 //! client's background tasks on the test's thread, where the capture is the default
 //! subscriber.
 
+mod common;
+
 use std::io::Write;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redlock_runtime::{LockClient, LockClientBuilder, LockError};
@@ -52,14 +54,6 @@ impl Logs {
     /// Captures every event and span (with their fields) at TRACE level on this
     /// thread, until the guard is dropped.
     fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
-        // Once per test binary: a global subscriber that drops everything (each test's
-        // capture overrides it on its thread) and the `log` → `tracing` bridge, so that
-        // the redis crate's `log` records reach the capture too.
-        static BRIDGE: Once = Once::new();
-        BRIDGE.call_once(|| {
-            use tracing_subscriber::util::SubscriberInitExt;
-            let _ = tracing_subscriber::registry().try_init();
-        });
         let logs = Logs::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -68,7 +62,8 @@ impl Logs {
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
+        // (With the `log` bridge: the redis crate's `log` records reach the capture too.)
+        (logs, common::on_this_thread(subscriber))
     }
 
     fn text(&self) -> String {

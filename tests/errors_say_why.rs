@@ -13,6 +13,8 @@
 //! `REDLOCK_URL` not set would connect to 6379; it is checked without connecting, in
 //! `macro_support`'s unit tests.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -515,12 +517,7 @@ fn an_instrumented_function_logs_the_cause_of_a_lock_error() {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    // A global subscriber too (one that drops everything): with a thread's subscriber
-    // the only one registered, tracing caches a call site's interest from the default
-    // subscriber of whichever thread reaches it first, and another test's thread
-    // would cache "never" for what this one waits to see.
-    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(tracing_subscriber::registry());
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = common::on_this_thread(subscriber);
     let error = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

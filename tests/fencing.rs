@@ -451,14 +451,9 @@ async fn logs_of_a_client_of(server: &RedisServer) -> String {
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
         .finish();
-    // A global subscriber too (one that drops everything): with a thread's subscriber
-    // the only one registered, tracing caches a call site's interest from the default
-    // subscriber of whichever thread reaches it first, and another test's thread
-    // would cache "never" for what this one waits to see.
-    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(tracing_subscriber::registry());
     // This test's runtime runs on this thread only, so a thread-local subscriber sees
     // everything the client logs, and nothing from tests on other threads.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = common::on_this_thread(subscriber);
     let client = LockClient::connect(&server.url()).await.unwrap();
     let guard = client.lock("invoice").acquire().await.unwrap();
     guard.release().await.unwrap();

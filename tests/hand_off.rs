@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -216,10 +217,10 @@ fn on_baton_picked_up(key: &'static str, act: impl Fn() + Send + Sync + 'static)
         actions
     });
     match actions.lock().unwrap_or_else(|e| e.into_inner()).entry(key) {
-        std::collections::btree_map::Entry::Vacant(free) => {
+        Entry::Vacant(free) => {
             free.insert(Arc::new(act));
         }
-        std::collections::btree_map::Entry::Occupied(_) => panic!("{key} is watched twice"),
+        Entry::Occupied(_) => panic!("{key} is watched twice"),
     }
     BatonWatch { actions, key }
 }

@@ -1,5 +1,5 @@
 //! Helpers shared by the behaviour tests (exclusion, waiting, hand_off, waitlist,
-//! watchdog, fencing, releases), included with `mod common;`.
+//! watchdog, fencing, releases, credentials, errors_say_why), included with `mod common;`.
 //!
 //! They use the runtime crate and the `redis` client, which the test kit
 //! (`tests/support/`, the package's library) cannot depend on. Each test binary compiles
@@ -117,6 +117,24 @@ pub async fn token_of(client: &LockClient, key: &str) -> u64 {
     let token = guard.fencing_token();
     guard.release().await.unwrap();
     token
+}
+
+/// Makes `subscriber` this thread's default until the guard is dropped, beside a global
+/// subscriber that drops everything, set once per test binary (with it,
+/// tracing-subscriber's `log` → `tracing` bridge, so that the redis crate's `log`
+/// records reach the thread's subscriber too). The global one is needed: with a
+/// thread's subscriber the only one registered, tracing caches a call site's interest
+/// from the default subscriber of whichever thread reaches it first, and another test's
+/// thread would cache "never" for what this one waits to see.
+pub fn on_this_thread(
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+) -> tracing::subscriber::DefaultGuard {
+    use tracing_subscriber::util::SubscriberInitExt;
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let _ = tracing_subscriber::registry().try_init();
+    });
+    tracing::subscriber::set_default(subscriber)
 }
 
 /// Calls of EVALSHA so far, from Redis's own statistics.

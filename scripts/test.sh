@@ -131,6 +131,7 @@ valkey_tests=(
                         # (Valkey's fast failovers found the SPUBLISH count defect)
     grant_without_releaser # a grant nobody confirms reaches the next waiter, releaser gone
     grant_confirmation  # a short hold never confirms its grant; a longer one does in time
+    grant_checks        # permits granted together share the releaser's lapsed-grant check
     tls                 # TLS: skipped on this Valkey (built without TLS; one line says
                         # so), but for the two tests that need no TLS port
 )

@@ -364,6 +364,7 @@ mod core;
 mod election;
 mod error;
 mod fenced;
+mod grant_watch;
 mod guard;
 mod hand_off;
 mod limits;

@@ -15,6 +15,7 @@ use crate::connection::{Connection, slot_of};
 use crate::connection::{
     retrying_moves_and_reconnects, retrying_moves_and_resending, slot_is_moving, while_slot_moves,
 };
+use crate::grant_watch::GrantWatches;
 use crate::notify::{Listener, ReleaseNotifications};
 use crate::scripts;
 
@@ -131,6 +132,8 @@ pub(crate) struct Node {
     /// The lapsed-grant checks this node's releases started (see `watch_grant`): a
     /// shutdown waits for them, since its own releases may have granted.
     grant_checks: Arc<InFlight>,
+    /// The keys those checks watch, one check of a key at a time.
+    grant_watches: Arc<GrantWatches>,
 }
 
 /// Timings of the waitlist (see `scripts::ACQUIRE`).
@@ -181,6 +184,7 @@ impl Node {
             confirming,
             publish_every_release: false,
             grant_checks: Arc::new(InFlight::default()),
+            grant_watches: Arc::new(GrantWatches::default()),
         }
     }
 
@@ -562,18 +566,33 @@ impl Node {
     /// for the next in line if it is free while someone waits (`scripts::LAPSED_GRANT`),
     /// again for as long as that grants it anew. A runtime shutting down drops this
     /// check: the waiters then retry when the lease they were told ends.
+    ///
+    /// Grants on one key share the check under way (see `grant_watch`): a semaphore
+    /// whose permits pass between clients grants on nearly every release.
     fn watch_grant(&self, key: &str) {
+        let after = Duration::from_millis(self.waitlist.reservation_ms + GRANT_CHECK_MARGIN_MS);
+        let Some(id) = self.grant_watches.watch(key, Instant::now() + after) else {
+            return;
+        };
         let connection = self.connection.clone();
         let timings = self.waitlist;
         let key = key.to_owned();
-        let after = Duration::from_millis(timings.reservation_ms + GRANT_CHECK_MARGIN_MS);
         let response_timeout = self.response_timeout;
+        let watches = self.grant_watches.clone();
         let running = self.grant_checks.start();
         tokio::spawn(async move {
             let _running = running;
+            // However the task ends (dropped with its runtime, too), the next grant on the
+            // key is watched anew.
+            let _ends = EndsWatch {
+                watches: &watches,
+                key: &key,
+                id,
+            };
             let mut checked_again = false;
             loop {
-                tokio::time::sleep(after).await;
+                tokio::time::sleep_until(watches.next(&key)).await;
+                let checked_at = Instant::now();
                 let checked = retrying_moves_and_resending(response_timeout, || {
                     waitlist_script_on(
                         connection.clone(),
@@ -584,17 +603,26 @@ impl Node {
                     )
                 })
                 .await;
-                match checked {
-                    Ok((GRANTED, _)) => continue,
+                let granted_anew = match checked {
+                    Ok((GRANTED, _)) => true,
                     // Passed on, and the waiter after it watches the new grant.
-                    Ok((GRANTED_NEXT_TOLD, None)) => return,
+                    Ok((GRANTED_NEXT_TOLD, None)) => false,
                     // Sent twice: the first run may have granted anew, its reply lost.
-                    Ok((_, Some(_))) if !checked_again => checked_again = true,
-                    Ok(_) => return,
+                    Ok((_, Some(_))) if !checked_again => {
+                        checked_again = true;
+                        true
+                    }
+                    Ok(_) => false,
                     Err(error) => {
                         tracing::debug!(%error, %key, "redlock: could not check a grant; waiters fall back on their lease timers");
                         return;
                     }
+                };
+                if watches
+                    .checked(&key, checked_at, after, granted_anew)
+                    .is_none()
+                {
+                    return;
                 }
             }
         });
@@ -918,6 +946,19 @@ fn verdict_of(reply: RedisResult<i64>) -> Option<Verdict> {
 /// The reply of the release, leave-waitlist and lapsed-grant scripts when they granted
 /// the key to the next in line (see `scripts::GRANT_CHANNEL_PREFIX`), and nobody else
 /// watches that grant: this client checks it (see `Node::watch_grant`).
+/// Ends a lapsed-grant check's watch when its task ends (see `GrantWatches::end`).
+struct EndsWatch<'a> {
+    watches: &'a GrantWatches,
+    key: &'a str,
+    id: u64,
+}
+
+impl Drop for EndsWatch<'_> {
+    fn drop(&mut self) {
+        self.watches.end(self.key, self.id);
+    }
+}
+
 const GRANTED: i64 = 3;
 /// Their reply when they granted the key and the waiter after the grantee heard that it
 /// lapses unless confirmed (`N`): that waiter covers the lapse, whatever becomes of this

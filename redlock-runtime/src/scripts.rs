@@ -727,9 +727,16 @@ local function settle_shares(lock, holders, ms)
     return 0
   end
   local rest = math.max(1, tonumber(last[2]) - ms)
-  redis.call('PEXPIRE', lock, rest)
-  redis.call('PEXPIRE', holders, rest)
-  redis.call('PEXPIRE', names, rest)
+  -- The three keys are given their expiry together, so the lock's stands for all
+  -- three: set again only when it falls short of the longest share or outlasts it by
+  -- more than the clock's rounding. Most releases end a share that was not the
+  -- longest, and leave the expiry as it was: one read, not three writes.
+  local lasts = redis.call('PTTL', lock)
+  if lasts < rest or lasts > rest + 2 then
+    redis.call('PEXPIRE', lock, rest)
+    redis.call('PEXPIRE', holders, rest)
+    redis.call('PEXPIRE', names, rest)
+  end
   return rest
 end
 "#,
@@ -802,7 +809,9 @@ end
 local reserved = ARGV[6] ~= '' and value == 'reserved:' .. ARGV[6]
 -- A release granted this waiter a share while this attempt was on its way (see
 -- `free_for_next`): the attempt takes it over, in its own name, ahead of everyone.
-local granted_to = ARGV[6] ~= '' and string.match(ARGV[6], '^(%S+) ')
+-- Only a waiter an earlier attempt may have put in line can have been granted one:
+-- a first attempt does not look.
+local granted_to = ARGV[7] == '1' and string.match(ARGV[6], '^(%S+) ')
 if granted_to and value and string.sub(value, 1, 7) == 'shared:' then
   local score = redis.call('ZSCORE', KEYS[4], granted_to)
   if score and tonumber(score) > ms then
@@ -906,10 +915,9 @@ end
 redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 -- Who holds the share, with which token: read by `inspect`.
 redis.call('HSET', share_names(KEYS[1], KEYS[4]), ARGV[1], clock .. ' ' .. ARGV[11])
-redis.call('SET', KEYS[1], 'shared:' .. ARGV[10])
 -- Settled above: the key lasts as long as the longest share, this one included.
 local lasts = math.max(rest, tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], lasts)
+redis.call('SET', KEYS[1], 'shared:' .. ARGV[10], 'PX', lasts)
 redis.call('PEXPIRE', KEYS[4], lasts)
 redis.call('PEXPIRE', share_names(KEYS[1], KEYS[4]), lasts)
 if reserved or handed_off == 1 then
@@ -981,7 +989,7 @@ local function release_share(value)
       -- A permit kept for its minimum hold is free when that ends.
       redis.call(publish, channel, 'K:' .. keep)
     elseif redis.call('EXISTS', KEYS[2]) == 1
-        and grant_permits(fence, KEYS[5], names, value, drop_expired_waiters()) then
+        and grant_permits(fence, KEYS[5], names, value, drop_expired_waiters(ms)) then
       return 3
     else
       redis.call(publish, channel, '')
@@ -1228,9 +1236,12 @@ local function grant_shares(fence, holders, names, limit, held, ms)
   end
   return granted, longest
 end
-local function drop_expired_waiters()
-  local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- `ms`: the server clock, when the caller has read it already.
+local function drop_expired_waiters(ms)
+  if not ms then
+    local now = redis.call('TIME')
+    ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  end
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)) do
     redis.call('ZREM', KEYS[2], gone)
     redis.call('ZREM', KEYS[3], gone)

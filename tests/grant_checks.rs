@@ -1,0 +1,101 @@
+//! The releasing client's lapsed-grant checks (`grant_watch`): a release that grants a
+//! semaphore's permit checks, a grace later, that the grant did not lapse unconfirmed.
+//! Grants on one key share the check under way, so permits passed on together cost the
+//! server one or two checks, not one per permit; and a grant is still checked.
+
+mod common;
+
+use std::time::Duration;
+
+use common::until_waiting;
+use redis::Value;
+use redlock_runtime::LockClient;
+use redlock_testkit::RedisServer;
+
+const KEY: &str = "api-quota";
+const PERMITS: usize = 4;
+const LEASE: Duration = Duration::from_secs(10);
+
+/// The lapsed-grant checks the server ran since the slow log was reset: `EVALSHA` with
+/// the four keys of the waitlist scripts and no waiter id (a waiter leaving the line
+/// names itself).
+fn lapsed_grant_checks(server: &RedisServer) -> usize {
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_connection().unwrap();
+    let entries: Vec<Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut connection)
+        .unwrap();
+    entries
+        .iter()
+        .filter(|entry| {
+            let Value::Array(fields) = entry else {
+                return false;
+            };
+            let Some(Value::Array(args)) = fields.get(3) else {
+                return false;
+            };
+            let arg = |i: usize| match args.get(i) {
+                Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::from("-"),
+            };
+            arg(0).eq_ignore_ascii_case("evalsha") && arg(2) == "4" && arg(7).is_empty()
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn permits_granted_together_share_one_lapsed_grant_check() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let releaser = LockClient::connect(&url).await.unwrap();
+    let observer = LockClient::connect(&url).await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..PERMITS {
+        held.push(
+            releaser
+                .semaphore(KEY, PERMITS as u32)
+                .lease(LEASE)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    // A waiter per client (a client's own waiters for one key line up inside it).
+    let mut waiting = Vec::new();
+    for _ in 0..PERMITS {
+        let client = LockClient::connect(&url).await.unwrap();
+        waiting.push(tokio::spawn(async move {
+            client
+                .semaphore(KEY, PERMITS as u32)
+                .wait(Duration::from_secs(20))
+                .lease(LEASE)
+                .acquire()
+                .await
+                .unwrap()
+        }));
+    }
+    until_waiting(&observer, KEY, PERMITS).await;
+    server.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.cli(&["CONFIG", "SET", "slowlog-max-len", "10000"]);
+    server.cli(&["SLOWLOG", "RESET"]);
+    // Each release grants a permit to the next waiter in line.
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    let mut granted = Vec::new();
+    for waiter in waiting {
+        granted.push(waiter.await.unwrap());
+    }
+    // Past two graces (100 ms) and the checks' margins: every check is made by now.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let checks = lapsed_grant_checks(&server);
+    assert!(
+        (1..=2).contains(&checks),
+        "{PERMITS} permits granted together took {checks} lapsed-grant checks, not 1 or 2"
+    );
+    for guard in granted {
+        guard.release().await.unwrap();
+    }
+}

@@ -119,6 +119,9 @@ enum Guard {
 
 enum Client {
     Redlock(redlock_runtime::LockClient),
+    /// A semaphore of this many permits (`redlock-semaphore:<permits>`): what permits
+    /// passed between processes cost the server (`scripts/server-cost.py`).
+    RedlockSemaphore(redlock_runtime::LockClient, u32),
     Rslock(rslock::LockManager),
 }
 
@@ -128,6 +131,14 @@ impl Client {
         match self {
             Client::Redlock(client) => client
                 .lock(key)
+                .wait(spec.wait)
+                .lease(spec.lease)
+                .acquire()
+                .await
+                .map(Guard::Redlock)
+                .map_err(|error| error.to_string()),
+            Client::RedlockSemaphore(client, permits) => client
+                .semaphore(key, *permits)
                 .wait(spec.wait)
                 .lease(spec.lease)
                 .acquire()
@@ -177,7 +188,18 @@ async fn child_loop(spec: Spec) {
                 .expect("connect redlock"),
         ),
         "rslock" => Client::Rslock(rslock::LockManager::new(vec![spec.url.clone()])),
-        other => panic!("unknown library {other:?}"),
+        other => match other
+            .strip_prefix("redlock-semaphore:")
+            .and_then(|permits| permits.parse().ok())
+        {
+            Some(permits) => Client::RedlockSemaphore(
+                redlock_runtime::LockClient::connect(&spec.url)
+                    .await
+                    .expect("connect redlock"),
+                permits,
+            ),
+            None => panic!("unknown library {other:?}"),
+        },
     };
     // One acquisition of a key of its own: connections opened, scripts loaded.
     let warm = format!("{}:warm:{}", spec.key, spec.index);

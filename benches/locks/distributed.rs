@@ -129,22 +129,10 @@ impl Client {
     /// The lock on `key`, or an error line (a timeout, or the library's error).
     async fn acquire(&self, key: &str, spec: &Spec) -> Result<Guard, String> {
         match self {
-            Client::Redlock(client) => client
-                .lock(key)
-                .wait(spec.wait)
-                .lease(spec.lease)
-                .acquire()
-                .await
-                .map(Guard::Redlock)
-                .map_err(|error| error.to_string()),
-            Client::RedlockSemaphore(client, permits) => client
-                .semaphore(key, *permits)
-                .wait(spec.wait)
-                .lease(spec.lease)
-                .acquire()
-                .await
-                .map(Guard::Redlock)
-                .map_err(|error| error.to_string()),
+            Client::Redlock(client) => redlock_acquire(client.lock(key), spec).await,
+            Client::RedlockSemaphore(client, permits) => {
+                redlock_acquire(client.semaphore(key, *permits), spec).await
+            }
             // rslock's `acquire` retries until it succeeds: the wait is ours.
             Client::Rslock(manager) => {
                 match tokio::time::timeout(spec.wait, manager.acquire(key.as_bytes(), spec.lease))
@@ -157,6 +145,20 @@ impl Client {
             }
         }
     }
+}
+
+/// redlock's `request` with the run's wait and lease.
+async fn redlock_acquire(
+    request: redlock_runtime::LockRequest,
+    spec: &Spec,
+) -> Result<Guard, String> {
+    request
+        .wait(spec.wait)
+        .lease(spec.lease)
+        .acquire()
+        .await
+        .map(Guard::Redlock)
+        .map_err(|error| error.to_string())
 }
 
 impl Guard {

@@ -187,12 +187,12 @@
 //!
 //! The checker explores every state within the bounds (one acquisition per task, the
 //! ticks, at most one pause, one crash or one restart; with grants, one force_unlock
-//! in its settings) breadth-first, in three settings of 0.3–0.65 million states each
-//! (10–22 s each in a debug build on two cores, one test at a time). Broken variants
+//! in its settings) breadth-first, in three settings of 0.29–0.64 million unique states
+//! each (4–12 s each in a debug build on two cores, one test at a time; 2026-11-28). Broken variants
 //! of the model (release without the owner check, a reservation without expiry, no
 //! retry after a fresh subscription, a server clock behind after a restart, a lock
 //! taken from a reservation left uncontended) are each caught. With grants, six more
-//! settings of 0.4–1.2 million states (12–44 s each, the same way), and six broken
+//! settings of 0.45–1.29 million unique states (8–28 s each, the same way), and six broken
 //! variants, each caught: a grant with the whole lease and no pick-up bound, a grant
 //! that lapses with the grace but unchecked, a grantee counting its grace from the
 //! message's arrival, a LAPSED_GRANT check that frees only an absent key, a grant of a

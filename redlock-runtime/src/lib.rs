@@ -239,7 +239,9 @@
 //! without the feature), which the layers above call where the measured thing happens,
 //! nor `cleanup`, the one way to finish interrupted work in the background (and count
 //! it, and run a fallback for work a runtime shutting down drops unfinished): a node
-//! counts its lapsed-grant checks with it, a client its background releases.
+//! counts its lapsed-grant checks with it, a client its background releases; nor
+//! does `grant_watch`, which decides when a client checks the grants its releases
+//! made (one check of a key at a time, pure: the node runs it).
 //!
 //! **Wire** — `scripts` holds every Lua script, the names of the keys the library keeps
 //! and the fencing scheme; `sentinel` follows the primary Sentinel names;

@@ -956,7 +956,13 @@ local function grant_permits(fence, holders, names, value, ms)
   if limit == 0 or grant_shares(fence, holders, names, limit, redis.call('ZCARD', holders), ms) == 0 then
     return false
   end
-  settle_shares(KEYS[1], holders, ms)
+  -- The grant's name may have made the names' key anew (the shares before it were an
+  -- older redlock's, which names none): given its expiry here, since the settling
+  -- leaves the three keys' expiries alone when the lock's is right.
+  local rest = settle_shares(KEYS[1], holders, ms)
+  if rest > 0 then
+    redis.call('PEXPIRE', names, rest)
+  end
   return true
 end
 "#;

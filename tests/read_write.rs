@@ -316,6 +316,39 @@ async fn hold_at_least_keeps_a_share_after_an_early_release() {
     next.release().await.unwrap();
 }
 
+/// A lone share released at once with `hold_at_least` equal to its lease is kept for
+/// nearly all of it: the lock's expiry is then already right for the kept share, and
+/// the release leaves it alone. Every key of the share still expires: none is left
+/// behind when its holder never comes back.
+#[tokio::test]
+async fn a_share_kept_for_its_whole_lease_leaves_every_key_expiring() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    for (key, request) in [
+        ("doc:kept", a.read_lock("doc:kept")),
+        ("jobs:kept", a.semaphore("jobs:kept", 2)),
+    ] {
+        let share = request
+            .lease(10 * SECOND)
+            .hold_at_least(10 * SECOND)
+            .acquire()
+            .await
+            .unwrap();
+        share.release().await.unwrap();
+        for companion in [
+            key.to_owned(),
+            format!("redlock:holders:{key}"),
+            format!("redlock:names:{key}"),
+        ] {
+            let pttl: i64 = server.cli(&["PTTL", &companion]).trim().parse().unwrap();
+            assert!(
+                pttl > 0 && pttl <= 10_000,
+                "{companion} of a kept share: PTTL {pttl} (-1: it never expires)"
+            );
+        }
+    }
+}
+
 /// A reader's share whose key was deleted by hand is gone for good, even when the key
 /// later comes to another reader through a reservation (a writer took the free key
 /// and released it to that reader waiting in line): the stale entry in the holders set

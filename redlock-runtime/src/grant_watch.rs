@@ -57,26 +57,30 @@ impl GrantWatches {
         }
     }
 
-    /// When the check of `key` runs next (now, if it is not watched).
+    /// When the check of `key` runs next (now, if it is not watched: only the task of
+    /// a watch asks, while its watch stands).
     pub(crate) fn next(&self, key: &str) -> Instant {
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(keys.contains_key(key), "a check of {key} runs unwatched");
         keys.get(key).map_or_else(Instant::now, |watch| watch.next)
     }
 
-    /// The check of `key` ran at `checked_at` (and granted the key anew if
-    /// `granted_anew`): when it runs again, or `None` when the watch ends, no grant
-    /// being due after it. `interval`: the time from a grant to its check.
+    /// The check of `key` was sent at `checked_at` and answered at `answered_at` (and
+    /// granted the key anew if `granted_anew`, a grant made by then at the latest):
+    /// when it runs again, or `None` when the watch ends, no grant being due after the
+    /// check was sent. `interval`: the time from a grant to its check.
     pub(crate) fn checked(
         &self,
         key: &str,
         checked_at: Instant,
+        answered_at: Instant,
         interval: Duration,
         granted_anew: bool,
     ) -> Option<Instant> {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         let watch = keys.get_mut(key)?;
         if granted_anew {
-            watch.latest = watch.latest.max(checked_at + interval);
+            watch.latest = watch.latest.max(answered_at + interval);
         }
         if watch.latest > checked_at {
             watch.next = watch.latest.min(checked_at + interval);
@@ -123,7 +127,7 @@ mod tests {
         assert_eq!(watches.next("k"), t + ms(110));
         // Checked at 110: once more when the grant due at 150 is.
         assert_eq!(
-            watches.checked("k", t + ms(110), INTERVAL, false),
+            watches.checked("k", t + ms(110), t + ms(111), INTERVAL, false),
             Some(t + ms(150))
         );
         // Grants every millisecond from 111 to 400 (due 221 to 510): one check at 260,
@@ -133,7 +137,7 @@ mod tests {
         }
         let mut runs = Vec::new();
         let mut at = t + ms(150);
-        while let Some(next) = watches.checked("k", at, INTERVAL, false) {
+        while let Some(next) = watches.checked("k", at, at, INTERVAL, false) {
             runs.push((next - t).as_millis());
             at = next;
         }
@@ -150,11 +154,21 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let first = watches.watch("k", t + ms(110)).unwrap();
+        // Sent at 110, answered at 150 (a resend): the grant it made is due a grace
+        // after the answer, 260, and checked then (after one more at 220, an interval
+        // after the first).
         assert_eq!(
-            watches.checked("k", t + ms(110), INTERVAL, true),
+            watches.checked("k", t + ms(110), t + ms(150), INTERVAL, true),
             Some(t + ms(220))
         );
-        assert_eq!(watches.checked("k", t + ms(220), INTERVAL, false), None);
+        assert_eq!(
+            watches.checked("k", t + ms(220), t + ms(221), INTERVAL, false),
+            Some(t + ms(260))
+        );
+        assert_eq!(
+            watches.checked("k", t + ms(260), t + ms(261), INTERVAL, false),
+            None
+        );
         let second = watches.watch("k", t + ms(400)).unwrap();
         watches.end("k", first);
         assert!(
@@ -166,5 +180,63 @@ mod tests {
             watches.watch("k", t + ms(500)).is_some(),
             "ended on a failure: the next grant starts one"
         );
+    }
+
+    /// Grants at random times (a pseudo-random sequence: the test is the same on every
+    /// run), the task's loop played out with checks that take no time: every grant has
+    /// a check no sooner than it is due and no later than an interval after.
+    #[test]
+    fn every_grant_is_checked_within_an_interval_of_its_due_time() {
+        let ms = Duration::from_millis;
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut random = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for _ in 0..200 {
+            let watches = GrantWatches::default();
+            let t = Instant::now();
+            // Grant times (ms), sorted: bursts and gaps, up to a second.
+            let mut grants: Vec<u64> = (0..1 + random(30)).map(|_| random(1_000)).collect();
+            grants.sort_unstable();
+            let mut checks = Vec::new();
+            let mut pending = grants.iter().peekable();
+            let mut running: Option<Instant> = None;
+            loop {
+                // The next event: a grant, or the running check's next run.
+                let grant_at = pending.peek().map(|at| t + ms(**at));
+                match (grant_at, running) {
+                    (Some(at), Some(next)) if at <= next => {
+                        pending.next();
+                        assert!(watches.watch("k", at + INTERVAL).is_none());
+                    }
+                    (Some(at), None) => {
+                        pending.next();
+                        assert!(watches.watch("k", at + INTERVAL).is_some());
+                        running = Some(watches.next("k"));
+                    }
+                    (_, Some(next)) => {
+                        checks.push(next);
+                        running = watches.checked("k", next, next, INTERVAL, false);
+                    }
+                    (None, None) => break,
+                }
+            }
+            for grant in &grants {
+                let due = t + ms(*grant) + INTERVAL;
+                assert!(
+                    checks.iter().any(|at| *at >= due && *at <= due + INTERVAL),
+                    "a grant at {grant} ms (due {} ms) was not checked in time: checks at {:?}",
+                    grant + INTERVAL.as_millis() as u64,
+                    checks
+                        .iter()
+                        .map(|at| (*at - t).as_millis())
+                        .collect::<Vec<_>>()
+                );
+            }
+            assert!(checks.len() <= grants.len() + 1);
+        }
     }
 }

@@ -607,19 +607,27 @@ impl Node {
                     Ok((GRANTED, _)) => true,
                     // Passed on, and the waiter after it watches the new grant.
                     Ok((GRANTED_NEXT_TOLD, None)) => false,
-                    // Sent twice: the first run may have granted anew, its reply lost.
+                    // Sent twice: the first run may have granted anew, its reply lost
+                    // (checked once more, as a grant; once for each run of resends).
                     Ok((_, Some(_))) if !checked_again => {
                         checked_again = true;
                         true
                     }
                     Ok(_) => false,
                     Err(error) => {
+                        // The grants due by now fall back on their waiters' lease
+                        // timers; those made since are still checked when due.
                         tracing::debug!(%error, %key, "redlock: could not check a grant; waiters fall back on their lease timers");
-                        return;
+                        false
                     }
                 };
+                if !granted_anew {
+                    checked_again = false;
+                }
+                // A grant this check made lapses a grace after its reply, not its send.
+                let answered_at = Instant::now();
                 if watches
-                    .checked(&key, checked_at, after, granted_anew)
+                    .checked(&key, checked_at, answered_at, after, granted_anew)
                     .is_none()
                 {
                     return;
@@ -932,6 +940,19 @@ impl Node {
     }
 }
 
+/// Ends a lapsed-grant check's watch when its task ends (see `GrantWatches::end`).
+struct EndsWatch<'a> {
+    watches: &'a GrantWatches,
+    key: &'a str,
+    id: u64,
+}
+
+impl Drop for EndsWatch<'_> {
+    fn drop(&mut self) {
+        self.watches.end(self.key, self.id);
+    }
+}
+
 /// One lock's renewal reply as a verdict; `None` (logged) when it failed.
 fn verdict_of(reply: RedisResult<i64>) -> Option<Verdict> {
     match reply {
@@ -946,19 +967,6 @@ fn verdict_of(reply: RedisResult<i64>) -> Option<Verdict> {
 /// The reply of the release, leave-waitlist and lapsed-grant scripts when they granted
 /// the key to the next in line (see `scripts::GRANT_CHANNEL_PREFIX`), and nobody else
 /// watches that grant: this client checks it (see `Node::watch_grant`).
-/// Ends a lapsed-grant check's watch when its task ends (see `GrantWatches::end`).
-struct EndsWatch<'a> {
-    watches: &'a GrantWatches,
-    key: &'a str,
-    id: u64,
-}
-
-impl Drop for EndsWatch<'_> {
-    fn drop(&mut self) {
-        self.watches.end(self.key, self.id);
-    }
-}
-
 const GRANTED: i64 = 3;
 /// Their reply when they granted the key and the waiter after the grantee heard that it
 /// lapses unless confirmed (`N`): that waiter covers the lapse, whatever becomes of this

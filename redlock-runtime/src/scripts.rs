@@ -727,10 +727,11 @@ local function settle_shares(lock, holders, ms)
     return 0
   end
   local rest = math.max(1, tonumber(last[2]) - ms)
-  -- The three keys are given their expiry together, so the lock's stands for all
-  -- three: set again only when it falls short of the longest share or outlasts it by
-  -- more than the clock's rounding. Most releases end a share that was not the
-  -- longest, and leave the expiry as it was: one read, not three writes.
+  -- The three keys are given their expiry together, and every script that makes one
+  -- of them anew gives it one, so the lock's stands for all three: set again only when
+  -- it falls short of the longest share or outlasts it by more than the clock's
+  -- rounding. Most releases end a share that was not the longest, and leave the
+  -- expiry as it was: one read, not three writes.
   local lasts = redis.call('PTTL', lock)
   if lasts < rest or lasts > rest + 2 then
     redis.call('PEXPIRE', lock, rest)
@@ -979,14 +980,17 @@ local function release_share(value)
   if not score or tonumber(score) <= ms then
     return gone(KEYS[4], ARGV[1])
   end
-  redis.call('ZREM', KEYS[5], ARGV[1])
   local kept = tonumber(keep) > 0
   if kept then
-    -- Its name stays, for the kept share (settled as `kept:<owner>`).
+    -- Its name stays, for the kept share (settled as `kept:<owner>`). Added before the
+    -- share goes: a last share removed first would take the holders' key, and its
+    -- expiry, with it, and the kept share would make the key anew without one (the
+    -- settling below leaves the expiries alone when the lock's is right).
     redis.call('ZADD', KEYS[5], ms + tonumber(keep), 'kept:' .. ARGV[1])
   else
     redis.call('HDEL', share_names(KEYS[1], KEYS[5]), ARGV[1])
   end
+  redis.call('ZREM', KEYS[5], ARGV[1])
   local rest = settle_shares(KEYS[1], KEYS[5], ms)
   if rest > 0 then
     if value == 'shared:0' then

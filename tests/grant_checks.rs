@@ -125,3 +125,129 @@ async fn grant_permits_together(server: &RedisServer, key: &str) -> Option<usize
     tokio::time::sleep(Duration::from_millis(300)).await;
     (span < Duration::from_millis(100)).then_some(checks)
 }
+
+/// A client on a current-thread runtime of its own thread, which the test can block:
+/// while it is blocked, nothing of the client runs (a grant it was sent waits unread).
+struct Stoppable {
+    client: LockClient,
+    runtime: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Stoppable {
+    async fn connect(url: &str) -> Self {
+        let (send, handle) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = send.send(runtime.handle().clone());
+            runtime.block_on(async move {
+                let _ = stopped.await;
+            });
+        });
+        let runtime = handle.await.unwrap();
+        let url = url.to_owned();
+        let client = runtime
+            .spawn(async move { LockClient::connect(&url).await })
+            .await
+            .unwrap()
+            .unwrap();
+        Stoppable {
+            client,
+            runtime,
+            stop: Some(stop),
+        }
+    }
+
+    /// Blocks the client's thread for `stall`, from when this returns.
+    async fn block_for(&self, stall: Duration) {
+        let (began, blocking) = tokio::sync::oneshot::channel();
+        self.runtime.spawn(async move {
+            let _ = began.send(());
+            std::thread::sleep(stall);
+        });
+        blocking.await.unwrap();
+    }
+}
+
+impl Drop for Stoppable {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A permit granted to a waiter that never confirms (its process stalled, its
+/// connection open) still reaches the next waiter when the grants on the key share
+/// the releasing client's check: the stalled waiter's grant and a live one's are made
+/// together, and the waiter behind them gets the permit a grace or two later, long
+/// before the lease it was told ends.
+#[tokio::test]
+async fn a_permit_granted_to_a_stalled_waiter_still_reaches_the_next_when_checks_are_shared() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let key = "reports-quota";
+    let releaser = LockClient::connect(&url).await.unwrap();
+    let observer = LockClient::connect(&url).await.unwrap();
+    let held = [
+        releaser
+            .semaphore(key, 2)
+            .lease(LEASE)
+            .acquire()
+            .await
+            .unwrap(),
+        releaser
+            .semaphore(key, 2)
+            .lease(LEASE)
+            .acquire()
+            .await
+            .unwrap(),
+    ];
+    let wait = |client: LockClient| async move {
+        client
+            .semaphore(key, 2)
+            .wait(Duration::from_secs(30))
+            .lease(LEASE)
+            .acquire()
+            .await
+            .unwrap()
+    };
+    // First in line, the waiter that will stall; then a live one; then the one behind.
+    let stalled = Stoppable::connect(&url).await;
+    let first = stalled.runtime.spawn(wait(stalled.client.clone()));
+    until_waiting(&observer, key, 1).await;
+    let second = tokio::spawn(wait(LockClient::connect(&url).await.unwrap()));
+    until_waiting(&observer, key, 2).await;
+    let behind = tokio::spawn(wait(LockClient::connect(&url).await.unwrap()));
+    until_waiting(&observer, key, 3).await;
+    until_listening(&server, key, 3).await;
+
+    stalled.block_for(Duration::from_millis(2_500)).await;
+    let released = Instant::now();
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    let behind = behind.await.unwrap();
+    let waited = released.elapsed();
+    // Two graces (100 ms) and the checks' margins, with room for a loaded machine;
+    // without the check it would wait for its 10 s lease.
+    assert!(
+        waited < Duration::from_secs(2),
+        "the waiter behind a stalled grant got the permit after {waited:?}"
+    );
+    let second = second.await.unwrap();
+    second.release().await.unwrap();
+    behind.release().await.unwrap();
+    // The stalled waiter comes back, finds its grant gone, and gets a permit anew.
+    let first = first.await.unwrap();
+    stalled
+        .runtime
+        .spawn(first.release())
+        .await
+        .unwrap()
+        .unwrap();
+}

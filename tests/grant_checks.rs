@@ -193,20 +193,17 @@ async fn a_permit_granted_to_a_stalled_waiter_still_reaches_the_next_when_checks
     let key = "reports-quota";
     let releaser = LockClient::connect(&url).await.unwrap();
     let observer = LockClient::connect(&url).await.unwrap();
-    let held = [
-        releaser
-            .semaphore(key, 2)
-            .lease(LEASE)
-            .acquire()
-            .await
-            .unwrap(),
-        releaser
-            .semaphore(key, 2)
-            .lease(LEASE)
-            .acquire()
-            .await
-            .unwrap(),
-    ];
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            releaser
+                .semaphore(key, 2)
+                .lease(LEASE)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
     let wait = |client: LockClient| async move {
         client
             .semaphore(key, 2)

@@ -7,9 +7,11 @@
 //! grants on nearly every release, and a check per grant was one more script per
 //! acquisition on the server. Grants on one key now share the check under way: it
 //! runs when the first is due, and once more, when the latest made since is due or an
-//! interval after the check, whichever comes first. So each grant is checked no later
-//! than an interval after it is due, and a key whose grants come faster than that is
-//! checked once an interval, not once a grant.
+//! interval after the check, whichever comes first. So each grant's check is scheduled
+//! no later than an interval after it is due, and a key whose grants come faster than
+//! that is checked once an interval, not once a grant. (The checks of one key run one
+//! after another: a check slowed by retries delays those due meanwhile. A grant made
+//! from another runtime joins a check running on the runtime that started it.)
 
 use std::collections::HashMap;
 use std::sync::Mutex;

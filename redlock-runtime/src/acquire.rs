@@ -20,6 +20,7 @@ use crate::cleanup::SpawnOnDrop;
 use crate::connection::slot_is_moving;
 use crate::core::Core;
 use crate::error::LockError;
+use crate::grant::{Grant, GrantFloor, Lapse, Taken};
 use crate::guard::{Acquired, LockGuard};
 use crate::hand_off::Baton;
 use crate::limits::{check_max_lease, lease_millis, validate};
@@ -137,7 +138,7 @@ pub struct LockRequest {
     label: Label,
     mode: Mode,
     /// A lock granted by a release is confirmed as soon as it is taken, not a while
-    /// later (see [`confirmation_due`]): a `lock_all`'s keys hold their full lease
+    /// later (see `grant::Taken::confirmation_due`): a `lock_all`'s keys hold their full lease
     /// from its return.
     confirm_at_once: bool,
 }
@@ -315,7 +316,7 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
             }) => {
                 // Grants made before this attempt ran are dead: they lapsed, or were
                 // taken away, or this attempt would have found the key its own.
-                attempts.grant_floor = attempts.grant_floor.max(line.grant_floor);
+                attempts.grant_floor.raise(line.grant_floor);
                 if let Some(place) = attempts.place.as_mut() {
                     place.saw_busy(sent_at, line);
                 }
@@ -328,31 +329,18 @@ async fn take<K: Kind>(plan: Plan<K>) -> Result<LockGuard, LockError> {
                     news.filter(|_| !confirming).zip(attempts.place.as_mut())
                 {
                     let owner = place.id.clone();
-                    // The grace the grant was made with (the releasing client's), and
-                    // never more than this client's or the lease.
-                    let grace = (plan.core.config().reservation_grace)
-                        .min(plan.lease)
-                        .min(grant.lasts);
-                    let validity = plan.core.masters().validity(grace);
+                    // Never held longer unconfirmed than this client's grace or the lease.
+                    let bound = (plan.core.config().reservation_grace).min(plan.lease);
+                    let validity = |grace| plan.core.masters().validity(grace);
                     let granted_at = place.granted_at(grant.after);
-                    if let Some(granted_at) =
-                        granted_at.filter(|at| *at + validity >= Instant::now() + grace / 2)
-                    {
+                    if let Some(taken) = grant.take(granted_at, bound, validity, Instant::now()) {
                         // The release that granted it took the place off the line.
                         place.left = true;
                         drop(attempts);
-                        return plan.into_granted_guard(
-                            owner,
-                            grant.fencing_token,
-                            granted_at,
-                            grace,
-                            turn,
-                        );
+                        return plan.into_granted_guard(owner, taken, turn);
                     }
-                    // The message came late (this process was stopped or starved): the
-                    // grant may have lapsed and the key gone to the next in line. The next
-                    // attempt takes the key if it is still granted to this waiter (with a
-                    // token of its own, from Redis), or finds it busy and waits on.
+                    // The message came late (this process was stopped or starved): see
+                    // `Grant::take`. The next attempt finds the key its own, or busy.
                     tracing::debug!(key = %plan.key, "redlock: a grant came too late to be taken as it is; attempting");
                 }
             }
@@ -478,23 +466,24 @@ impl<K: Kind> Plan<K> {
     }
 
     /// The guard of a lock a release granted (see `notify::Release::Granted`): held for
-    /// the grace from `granted_at` until its confirmation, sent a while later (see
-    /// [`confirmation_due`]), extends it to the lease.
+    /// the grace from the grant until its confirmation, sent a while later (see
+    /// [`Taken::confirmation_due`]), extends it to the lease.
     fn into_granted_guard(
         self,
         owner: String,
-        fencing_token: u64,
-        granted_at: Instant,
-        grace: Duration,
+        taken: Taken,
         turn: Option<LocalTurn>,
     ) -> Result<LockGuard, LockError> {
         let (lease, lease_ms) = (self.lease, self.lease_ms);
         let label = self.label.clone();
-        let due = match self.confirm_at_once || on_one_thread() {
-            true => Instant::now(),
-            false => confirmation_due(granted_at, grace),
-        };
-        let guard = self.into_guard_valid_for(owner, fencing_token, granted_at, grace, turn)?;
+        let due = taken.confirmation_due(self.confirm_at_once || on_one_thread(), Instant::now());
+        let guard = self.into_guard_valid_for(
+            owner,
+            taken.fencing_token,
+            taken.granted_at,
+            taken.grace,
+            turn,
+        )?;
         guard.confirm_grant(lease, lease_ms, due);
         metrics::granted(&label);
         tracing::trace!(name: "granted", target: metrics::TIMING, key = %guard.key(), "redlock: granted by a release");
@@ -541,22 +530,6 @@ impl<K: Kind> Plan<K> {
     }
 }
 
-/// When the grantee of a lock granted at `granted_at` (the client's conservative
-/// estimate) for `grace` confirms it, on a multi-thread runtime (see [`on_one_thread`]):
-/// a quarter of the grace later. A hold that ends sooner — most do, at the default
-/// 100 ms — never confirms, and its release frees the grant as it would the lease: the
-/// confirmation's script and its `C` to the next in line are saved. Three quarters of
-/// the grace stay for the confirmation to reach Redis (a process starved longer loses
-/// the lock, which its guard then reports, as a grant read late would). An `extend`
-/// made before then confirms in its place. The next in line, told the grant's lapse
-/// (`N`), learns of the confirmation (`C`) before the lapse, or of a release through
-/// Redis (`G`, another `N`); a release kept for `hold_at_least` tells it nothing, and
-/// it attempts at the lapse for nothing. (A lock granted unconfirmed is not handed off
-/// inside its client: see `hand_off::leaves_time_to_hand_off`.)
-pub(crate) fn confirmation_due(granted_at: Instant, grace: Duration) -> Instant {
-    granted_at + grace / 4
-}
-
 /// A current-thread runtime confirms a grant at once, as the guard is made (the
 /// confirmation is queued before `acquire` returns, and goes out at the holder's first
 /// `.await`): there, a timer due during the holder's work runs only when that work
@@ -587,14 +560,11 @@ struct Attempts<'a, K> {
     /// wait takes none: it would leave a claim behind it.
     place: Option<WaitlistPlace<'a>>,
     listeners: Vec<Listener>,
-    /// The highest grant floor a busy reply gave (see `node::Attempt::Busy`): a grant
-    /// message whose token is not above it is stale.
-    grant_floor: u64,
-    /// When a grant made to the waiter ahead lapses unless confirmed (`N`, until `C`):
-    /// kept across attempts, since an attempt made meanwhile may be told a longer wait
-    /// than the lapse (a grant not confirmed yet, with a dead waiter's registration
-    /// ahead in line: see `scripts::UNCONFIRMED`), and this waiter covers the lapse.
-    lapse_check: Option<Instant>,
+    /// Which grant messages may be read: those made after every busy attempt.
+    grant_floor: GrantFloor,
+    /// When a grant made to the waiter ahead lapses unless confirmed: this waiter
+    /// covers the lapse.
+    lapse: Lapse,
     backoff: Duration,
     /// Counts this task in `redlock_waiting` from its first wait for a holder (or for
     /// Redis) until the acquisition ends.
@@ -613,8 +583,8 @@ impl<'a, K: Kind> Attempts<'a, K> {
             baton,
             place,
             listeners: Vec::new(),
-            grant_floor: 0,
-            lapse_check: None,
+            grant_floor: GrantFloor::default(),
+            lapse: Lapse::default(),
             backoff: RETRY_BACKOFF.0,
             waiting: None,
         }
@@ -724,12 +694,11 @@ impl<'a, K: Kind> Attempts<'a, K> {
         }
         let lease_end = sent_at + ttl + Duration::from_millis(1);
         let mut fallback: Option<Instant> = None;
-        // A lapse check already passed was acted on by the attempt that followed it.
-        self.lapse_check = self.lapse_check.filter(|at| *at > sent_at);
+        self.lapse.attempted(sent_at);
         loop {
             let wake_at = fallback
                 .map_or(lease_end, |at| at.min(lease_end))
-                .min(self.lapse_check.unwrap_or(lease_end))
+                .min(self.lapse.due().unwrap_or(lease_end))
                 .min(plan.deadline);
             let released = futures_util::future::select_all(
                 self.listeners
@@ -743,8 +712,8 @@ impl<'a, K: Kind> Attempts<'a, K> {
                     Wake::Now => break,
                     Wake::By(at) => fallback = Some(at),
                     Wake::AtLeaseEnd => fallback = None,
-                    Wake::IfUnconfirmedBy(at) => self.lapse_check = Some(at),
-                    Wake::Confirmed => self.lapse_check = None,
+                    Wake::IfUnconfirmedBy(at) => self.lapse.told(at),
+                    Wake::Confirmed => self.lapse.confirmed(),
                 },
                 _ = tokio::time::sleep_until(wake_at) => break,
             }
@@ -800,29 +769,11 @@ enum Wake {
     Confirmed,
 }
 
-/// A release granted the key to this waiter (see `notify::Release::Granted`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Grant {
-    fencing_token: u64,
-    /// When, after the waiter's registration, by the server's clock.
-    after: Duration,
-    /// How long it lasts unconfirmed: the grace of the client whose release made it.
-    lasts: Duration,
-}
-
 /// What a release message means for a waiter's sleep.
 fn wake_on(news: Release, now: Instant, grace: Duration) -> Wake {
     let margin = Duration::from_millis(1);
     match news {
-        Release::Granted {
-            fencing_token,
-            after,
-            lasts,
-        } => Wake::Granted(Grant {
-            fencing_token,
-            after,
-            lasts,
-        }),
+        Release::Granted(grant) => Wake::Granted(grant),
         Release::Free | Release::ForUs => Wake::Now,
         // Reserved for the client that waited longest: wait, but not past the
         // reservation, in case that client died.
@@ -1048,16 +999,6 @@ fn is_transient(error: &redis::RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_grant_is_confirmed_a_quarter_of_the_grace_after_it_was_made() {
-        let granted_at = Instant::now();
-        let due = confirmation_due(granted_at, Duration::from_millis(100));
-        assert_eq!(due - granted_at, Duration::from_millis(25));
-        // Three quarters of the grace are left for the confirmation to reach Redis.
-        let due = confirmation_due(granted_at, Duration::from_secs(60));
-        assert_eq!(due - granted_at, Duration::from_secs(15));
-    }
 
     #[test]
     fn a_grant_is_timed_from_the_attempt_that_best_pins_the_server_clock() {

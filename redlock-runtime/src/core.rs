@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::cleanup::{InFlight, Unless};
 use crate::config::ClientConfig;
 use crate::error::LockError;
+use crate::grant::Confirmation;
 use crate::masters::Masters;
 use crate::node::Verdict;
 use crate::state::LockState;
@@ -55,22 +56,7 @@ pub(crate) struct HeldLock {
     /// Its entry among the client's held locks.
     id: u64,
     /// Where a granted lock's confirmation stands (see `LockGuard::confirm_grant`).
-    /// Held while the confirmation is queued on the connection, so that it goes ahead
-    /// of the release or not at all.
-    confirmation: Mutex<Confirmation>,
-}
-
-/// A granted lock's confirmation: due a while after the grant, it is sent once — by its
-/// timer, or by an `extend` made first (which confirms to its own lease) — and never
-/// once the lock is let go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Confirmation {
-    /// None pending: not a grant, or confirmed (or being) already.
-    None,
-    /// A grant whose confirmation is due.
-    Due,
-    /// Its guard, or the client's shutdown, is releasing it.
-    LetGo,
+    confirmation: Confirmation,
 }
 
 impl HeldLock {
@@ -94,42 +80,13 @@ impl HeldLock {
             state,
             watchdog_id,
             id: 0,
-            confirmation: Mutex::new(Confirmation::None),
+            confirmation: Confirmation::default(),
         }
     }
 
-    fn confirmation(&self) -> MutexGuard<'_, Confirmation> {
-        self.confirmation.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A grant: its confirmation is due (see [`HeldLock::take_confirmation`]).
-    pub(crate) fn expect_confirmation(&self) {
-        let mut confirmation = self.confirmation();
-        if *confirmation == Confirmation::None {
-            *confirmation = Confirmation::Due;
-        }
-    }
-
-    /// Takes the confirmation due, if any, and runs `queue` (which queues it on the
-    /// lock's connection) while no release can be queued: a confirmation goes ahead of
-    /// the lock's release, which is queued only after [`HeldLock::let_go`], or is never
-    /// sent. `None`: nothing was due (confirmed already, or let go).
-    pub(crate) fn take_confirmation<R>(&self, queue: impl FnOnce() -> R) -> Option<R> {
-        let mut confirmation = self.confirmation();
-        (*confirmation == Confirmation::Due).then(|| {
-            *confirmation = Confirmation::None;
-            queue()
-        })
-    }
-
-    /// Its guard, or the client's shutdown, is releasing it.
-    pub(crate) fn is_let_go(&self) -> bool {
-        *self.confirmation() == Confirmation::LetGo
-    }
-
-    /// Its guard, or the client's shutdown, is about to release it.
-    fn let_go(&self) {
-        *self.confirmation() = Confirmation::LetGo;
+    /// Its confirmation, when a release granted it.
+    pub(crate) fn confirmation(&self) -> &Confirmation {
+        &self.confirmation
     }
 
     /// How long a release now must keep the key for `hold_at_least` (ms; 0: free it).
@@ -316,7 +273,7 @@ impl Core {
     pub(crate) fn let_go(&self, lock: &HeldLock) -> bool {
         let ours = self.held().locks.remove(&lock.id).is_some();
         if ours {
-            lock.let_go();
+            lock.confirmation.let_go();
         }
         ours
     }
@@ -383,7 +340,7 @@ impl Core {
             held.locks.drain().map(|(_, lock)| lock).collect()
         };
         for lock in &locks {
-            lock.let_go();
+            lock.confirmation.let_go();
             if let Some(id) = lock.watchdog_id {
                 self.watchdog.forget(id);
             }

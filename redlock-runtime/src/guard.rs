@@ -106,20 +106,20 @@ impl LockGuard {
     /// Confirms a lock granted by another client's release (see `scripts`'
     /// `free_for_next`), which holds it for the grace only: extends it to `lease` in the
     /// background at `due` (a quarter of the grace after the grant, see
-    /// `acquire::confirmation_due`), so that the holder's work starts at once, and a
+    /// `grant::Taken::confirmation_due`), so that the holder's work starts at once, and a
     /// hold shorter than that never confirms: its release frees the grant as it would
     /// the lease, and Redis runs one script less per hand-off. Until the confirmation is
     /// answered the lock is surely ours for the grace counted from the grant; if it
     /// finds the lock gone (the grant lapsed first: this process was stopped past the
     /// grace), the lock is lost. A confirmation is queued on the connection before the
     /// guard's release, or never sent; an `extend` made before it is due confirms in its
-    /// place, to its own lease (see `HeldLock::take_confirmation`).
+    /// place, to its own lease (see `grant::Confirmation`).
     pub(crate) fn confirm_grant(&self, lease: Duration, lease_ms: u64, due: Instant) {
         let Some(held) = &self.held else {
             return;
         };
         let (client, lock, key) = (held.client.clone(), held.lock.clone(), self.key.clone());
-        lock.expect_confirmation();
+        lock.confirmation().expect();
         let mut confirmation = Box::pin(async move {
             if due > Instant::now() {
                 tokio::time::sleep_until(due).await;
@@ -130,7 +130,7 @@ impl LockGuard {
                 std::pin::pin!(client.masters().confirm_grant(&key, &lock.owner, lease_ms));
             // One poll queues the extension; the ticket is taken before it is sent.
             let first = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(lock.take_confirmation(|| {
+                std::task::Poll::Ready(lock.confirmation().take(|| {
                     let ticket = lock.state.start_update(sent_at, valid_for);
                     (ticket, extension.as_mut().poll(cx))
                 }))
@@ -149,9 +149,7 @@ impl LockGuard {
             lock.state.finish_update(ticket, ours);
             match extended {
                 Ok(Verdict::Ours) => {}
-                // Let go meanwhile: a confirmation sent again after the release (a
-                // reconnection, a script loaded anew) finds it gone, rightly.
-                Ok(verdict) if !lock.state.has_ended() && !lock.is_let_go() => {
+                Ok(verdict) if lock.confirmation().gone_means_lost(lock.state.has_ended()) => {
                     tracing::warn!(%key, "redlock.lost: the grant lapsed before it was confirmed");
                     lock.state.found_gone(verdict);
                 }
@@ -245,7 +243,7 @@ impl LockGuard {
         let update = state.begin_update(masters.validity(lease));
         // A grant not confirmed yet: this extension is its confirmation (to this lease,
         // telling the next in line `C`), and none follows that would undo it.
-        let confirming = held.lock.take_confirmation(|| ()).is_some();
+        let confirming = held.lock.confirmation().take(|| ()).is_some();
         let extension = async {
             match confirming {
                 true => {

@@ -46,7 +46,7 @@ const PICK_UP_LIMIT: Duration = Duration::from_millis(100);
 /// The least lease a lock must have left to be handed off: the taker picks the baton up
 /// within [`PICK_UP_LIMIT`], and its script must reach Redis before the lease ends, or
 /// the release reports lost a lock its holder let go in time. A lock with less left (a
-/// grant not confirmed yet, which counts on the grace: see `acquire::confirmation_due`;
+/// grant not confirmed yet, which counts on the grace: see `grant::Taken::confirmation_due`;
 /// a lease about to end) is released in Redis, which passes it on to the line.
 const MIN_LEASE_LEFT: Duration = Duration::from_millis(2 * PICK_UP_LIMIT.as_millis() as u64);
 

@@ -240,8 +240,10 @@
 //! nor `cleanup`, the one way to finish interrupted work in the background (and count
 //! it, and run a fallback for work a runtime shutting down drops unfinished): a node
 //! counts its lapsed-grant checks with it, a client its background releases; nor
-//! does `grant_watch`, which decides when a client checks the grants its releases
-//! made (one check of a key at a time, pure: the node runs it).
+//! does `grant`, a grant's steps on the client it was made to (delivered, read, taken,
+//! confirmed or let go; and the next waiter's lapse), each a type whose methods are its
+//! only transitions; nor `grant_watch`, which decides when a client checks the grants
+//! its releases made (one check of a key at a time, pure: the node runs it).
 //!
 //! **Wire** — `scripts` holds every Lua script, the names of the keys the library keeps
 //! and the fencing scheme; `sentinel` follows the primary Sentinel names;
@@ -366,6 +368,7 @@ mod core;
 mod election;
 mod error;
 mod fenced;
+mod grant;
 mod grant_watch;
 mod guard;
 mod hand_off;

@@ -25,6 +25,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
+use crate::grant::{Grant, GrantFloor};
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
@@ -81,7 +82,7 @@ struct Mailbox {
     /// may read it. Read by another waiter of the client (the next in line once the
     /// granted one gave up, say), it would hold a lock made for someone else, whose
     /// leaving has passed it on.
-    grants: Vec<(String, Release)>,
+    grants: Vec<(String, Grant)>,
 }
 
 /// What a release message says to this client's waiter.
@@ -103,12 +104,7 @@ pub(crate) enum Release {
     /// A release granted the key to this client's waiter (see `scripts`'
     /// `free_for_next`): it holds it, with this fencing token, since a moment `after`
     /// its registration (by the server's clock).
-    Granted {
-        fencing_token: u64,
-        after: Duration,
-        /// How long the grant lasts unconfirmed (the releasing client's grace).
-        lasts: Duration,
-    },
+    Granted(Grant),
     /// The key was granted to the waiter ahead of this one, and lapses this long after
     /// the message unless its grantee confirms (see `scripts`' `free_for_next`): try
     /// then, unless [`Release::Confirmed`] comes first.
@@ -139,19 +135,9 @@ impl Release {
     /// that is gone is no news for the others: the waiter's leaving passes it on.
     fn grant(text: &[u8], ours: &[String]) -> Self {
         let mut words = text.split(|&byte| byte == b' ');
-        let (Some(_), Some(token), Some(after), Some(lasts)) =
-            (words.next(), words.next(), words.next(), words.next())
-        else {
-            return Release::Taken(None);
-        };
-        let is_ours = granted_member(text, ours).is_some();
-        let token = std::str::from_utf8(token).ok().and_then(|t| t.parse().ok());
-        match (is_ours, token, millis(after), millis(lasts)) {
-            (true, Some(fencing_token), Some(after), Some(lasts)) => Release::Granted {
-                fencing_token,
-                after,
-                lasts,
-            },
+        let _id = words.next();
+        match (granted_member(text, ours), Grant::parse(words)) {
+            (Some(_), Some(grant)) => Release::Granted(grant),
             _ => Release::Taken(None),
         }
     }
@@ -159,18 +145,11 @@ impl Release {
     /// A message that asks the waiter to try outlives later ones until it is read.
     fn merge(earlier: Option<Release>, later: Release) -> Release {
         match earlier {
-            _ if matches!(later, Release::Granted { .. }) => later,
-            Some(urgent @ (Release::Free | Release::ForUs | Release::Granted { .. })) => urgent,
+            _ if matches!(later, Release::Granted(_)) => later,
+            Some(urgent @ (Release::Free | Release::ForUs | Release::Granted(_))) => urgent,
             _ => later,
         }
     }
-}
-
-/// A grant made before an attempt whose busy reply set `grant_floor` (see
-/// `Listener::released`). Tokens rise with every grant and attempt on the server, so
-/// the floor splits the grants made before that attempt from those made after.
-fn is_stale(grant: &Release, grant_floor: u64) -> bool {
-    matches!(grant, Release::Granted { fencing_token, .. } if *fencing_token <= grant_floor)
 }
 
 /// The member of `ours` that a grant (`<id> <token> …`, after the `G `) names, if any.
@@ -309,8 +288,8 @@ impl ReleaseNotifications {
                 // Granted between its attempt and now: the grant is its news.
                 if let Some((payload, at)) = entry.unclaimed.take() {
                     let news = Release::parse(&payload, std::slice::from_ref(id));
-                    if matches!(news, Release::Granted { .. }) && at.elapsed() < UNCLAIMED_FOR {
-                        entry.grant(id.clone(), news);
+                    if let (Release::Granted(grant), true) = (news, at.elapsed() < UNCLAIMED_FOR) {
+                        entry.grant(id.clone(), grant);
                     } else {
                         entry.unclaimed = Some((payload, at));
                     }
@@ -395,10 +374,10 @@ impl ReleaseNotifications {
             let member = payload
                 .strip_prefix(b"G ")
                 .and_then(|grant| granted_member(grant, &entry.waiter_ids));
-            match member {
-                Some(member) if matches!(news, Release::Granted { .. }) => {
+            match (member, news) {
+                (Some(member), Release::Granted(grant)) => {
                     let member = member.clone();
-                    entry.grant(member, news);
+                    entry.grant(member, grant);
                 }
                 // A grant for none of the current waiters (one that left, or one that
                 // has not listened yet) is no news for the others: posted, it would
@@ -406,7 +385,7 @@ impl ReleaseNotifications {
                 _ if payload.starts_with(b"G ") => {
                     entry.unclaimed = Some((payload.to_vec(), Instant::now()));
                 }
-                _ => entry.post(news),
+                (_, news) => entry.post(news),
             }
         }
     }
@@ -487,28 +466,12 @@ impl Channel {
     /// A grant for the waiter registered as `member`: kept for it alone, and every
     /// listener woken to look (the one it is for may not be the one a `notify_one`
     /// would reach).
-    fn grant(&self, member: String, grant: Release) {
+    fn grant(&self, member: String, grant: Grant) {
         let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
-        // The latest grant is the one with the highest token, whatever order messages
-        // came in (a resubscription after a failover or a slot move may bring an older
-        // one late): an older one kept would be dropped as stale, and the waiter lose
-        // its turn.
-        let newer = |of: &Release| match (of, &grant) {
-            (
-                Release::Granted {
-                    fencing_token: kept,
-                    ..
-                },
-                Release::Granted {
-                    fencing_token: new, ..
-                },
-            ) => new > kept,
-            _ => true,
-        };
         if mailbox
             .grants
             .iter()
-            .any(|(ours, kept)| *ours == member && !newer(kept))
+            .any(|(ours, kept)| *ours == member && !grant.supersedes(kept))
         {
             return;
         }
@@ -533,24 +496,21 @@ pub(crate) struct Listener {
 impl Listener {
     /// Resolves at the next release message (or at once if one came since the last
     /// call) with what it said. Messages from before `since` are stale: skipped. So is
-    /// a grant whose fencing token is not above `grant_floor`: it was made before an
-    /// attempt of this waiter found the key busy (see `node::Attempt::Busy`), and has
-    /// lapsed or been taken away since — honoured, the waiter would hold a lock under
-    /// a token below its successor's, or beside the key's holder (issue 33).
-    pub(crate) async fn released(&self, grant_floor: u64) -> Release {
+    /// a grant the waiter's `floor` does not admit (see [`GrantFloor`]).
+    pub(crate) async fn released(&self, floor: GrantFloor) -> Release {
         loop {
             // Registered before looking, so that a grant posted in between still wakes it.
             let granted = self.granted.notified();
             tokio::pin!(granted);
             granted.as_mut().enable();
-            if let Some(grant) = self.own_grant(grant_floor) {
+            if let Some(grant) = self.own_grant(floor) {
                 return grant;
             }
             tokio::select! {
                 // A grant for some waiter of the client: ours, if any, is read above.
                 _ = &mut granted => continue,
                 _ = self.wake.notified() => {
-                    if let Some(grant) = self.own_grant(grant_floor) {
+                    if let Some(grant) = self.own_grant(floor) {
                         return grant;
                     }
                     let news = self.news.lock().unwrap_or_else(|e| e.into_inner()).last.take();
@@ -564,16 +524,16 @@ impl Listener {
         }
     }
 
-    /// The grant made to this listener's waiter, if one came with a token above
-    /// `grant_floor`: read once. Stale ones are dropped.
-    fn own_grant(&self, grant_floor: u64) -> Option<Release> {
+    /// The grant made to this listener's waiter, if one came that `floor` admits: read
+    /// once. Those it does not admit are dropped.
+    fn own_grant(&self, floor: GrantFloor) -> Option<Release> {
         let member = self.waiter_id.as_ref()?;
         let mut mailbox = self.news.lock().unwrap_or_else(|e| e.into_inner());
         mailbox
             .grants
-            .retain(|(ours, grant)| ours != member || !is_stale(grant, grant_floor));
+            .retain(|(ours, grant)| ours != member || floor.admits(grant));
         let at = mailbox.grants.iter().position(|(ours, _)| ours == member)?;
-        Some(mailbox.grants.swap_remove(at).1)
+        Some(Release::Granted(mailbox.grants.swap_remove(at).1))
     }
 }
 
@@ -695,6 +655,13 @@ mod tests {
 
     const SOON: Duration = Duration::from_millis(50);
 
+    /// The floor a busy reply that answered `token` leaves.
+    fn floor(token: u64) -> GrantFloor {
+        let mut floor = GrantFloor::default();
+        floor.raise(token);
+        floor
+    }
+
     #[tokio::test]
     async fn a_grant_is_read_only_by_the_waiter_it_names() {
         let notifications = unconnected();
@@ -706,22 +673,22 @@ mod tests {
             notifications.listen(channel.clone(), Some("b:2 5000 web".into()), since);
         // The next waiter in line listens first; the grant names the first one.
         let next_hears = tokio::spawn(async move {
-            let news = tokio::time::timeout(SOON, next.released(0)).await;
+            let news = tokio::time::timeout(SOON, next.released(GrantFloor::default())).await;
             (next, news)
         });
         tokio::task::yield_now().await;
         notifications.tell(channel.as_bytes(), b"G a:1 17 5 100");
         let (next, news) = next_hears.await.unwrap();
         assert!(
-            !matches!(news, Ok(Release::Granted { .. })),
+            !matches!(news, Ok(Release::Granted(_))),
             "the next waiter read the first one's grant: {news:?}"
         );
         assert!(matches!(
-            tokio::time::timeout(SOON, first.released(0)).await,
-            Ok(Release::Granted {
+            tokio::time::timeout(SOON, first.released(GrantFloor::default())).await,
+            Ok(Release::Granted(Grant {
                 fencing_token: 17,
                 ..
-            })
+            }))
         ));
 
         // A grant whose waiter gave up before reading it goes with it.
@@ -729,9 +696,9 @@ mod tests {
             notifications.listen(channel.clone(), Some("c:3 5000 web".into()), since);
         notifications.tell(channel.as_bytes(), b"G c:3 18 5 100");
         drop(gone);
-        let news = tokio::time::timeout(SOON, next.released(0)).await;
+        let news = tokio::time::timeout(SOON, next.released(GrantFloor::default())).await;
         assert!(
-            !matches!(news, Ok(Release::Granted { .. })),
+            !matches!(news, Ok(Release::Granted(_))),
             "a grant outlived the waiter it named: {news:?}"
         );
         assert!(
@@ -770,17 +737,23 @@ mod tests {
         notifications.tell(channel.as_bytes(), b"N z:9 100");
         notifications.tell(channel.as_bytes(), b"C z:9");
         assert!(
-            tokio::time::timeout(SOON, named.released(0)).await.is_err(),
+            tokio::time::timeout(SOON, named.released(GrantFloor::default()))
+                .await
+                .is_err(),
             "a message for another waiter woke this one"
         );
         notifications.tell(channel.as_bytes(), b"N a:1 100");
         assert_eq!(
-            tokio::time::timeout(SOON, named.released(0)).await.ok(),
+            tokio::time::timeout(SOON, named.released(GrantFloor::default()))
+                .await
+                .ok(),
             Some(Release::Next(Duration::from_millis(100)))
         );
         notifications.tell(channel.as_bytes(), b"C a:1");
         assert_eq!(
-            tokio::time::timeout(SOON, named.released(0)).await.ok(),
+            tokio::time::timeout(SOON, named.released(GrantFloor::default()))
+                .await
+                .ok(),
             Some(Release::Confirmed)
         );
     }
@@ -800,7 +773,7 @@ mod tests {
         let (named, _, _) =
             notifications.listen(channel.clone(), Some("a:1 5000 web".into()), since);
         // The lapse counts from the message's arrival, 30 ms before the waiter listened.
-        match tokio::time::timeout(SOON, named.released(0)).await {
+        match tokio::time::timeout(SOON, named.released(GrantFloor::default())).await {
             Ok(Release::Next(lasts)) => assert!(lasts <= Duration::from_millis(70), "{lasts:?}"),
             other => panic!("the early N was not kept for its waiter: {other:?}"),
         }
@@ -811,7 +784,9 @@ mod tests {
         let (other, _, _) =
             notifications.listen(channel.clone(), Some("b:2 5000 web".into()), since);
         assert!(
-            tokio::time::timeout(SOON, other.released(0)).await.is_err(),
+            tokio::time::timeout(SOON, other.released(GrantFloor::default()))
+                .await
+                .is_err(),
             "an N confirmed before its waiter listened was still delivered"
         );
     }
@@ -825,37 +800,37 @@ mod tests {
         // Granted under token 17, unread while the waiter's next attempt ran and found
         // the key busy (its floor: 20): dead, whether it lapsed or was evicted.
         notifications.tell(channel.as_bytes(), b"G a:1 17 5 100");
-        let news = tokio::time::timeout(SOON, waiter.released(20)).await;
+        let news = tokio::time::timeout(SOON, waiter.released(floor(20))).await;
         assert!(
-            !matches!(news, Ok(Release::Granted { .. })),
+            !matches!(news, Ok(Release::Granted(_))),
             "a grant from before a busy attempt was read: {news:?}"
         );
         // A grant made after that attempt (a higher token) is the waiter's.
         notifications.tell(channel.as_bytes(), b"G a:1 23 9 100");
         assert!(matches!(
-            tokio::time::timeout(SOON, waiter.released(20)).await,
-            Ok(Release::Granted {
+            tokio::time::timeout(SOON, waiter.released(floor(20))).await,
+            Ok(Release::Granted(Grant {
                 fencing_token: 23,
                 ..
-            })
+            }))
         ));
         // Of two grants, the one with the higher token stays, whatever order they came
         // in (an older one brought late by a resubscription would be dropped as stale).
         notifications.tell(channel.as_bytes(), b"G a:1 27 9 100");
         notifications.tell(channel.as_bytes(), b"G a:1 25 9 100");
         assert!(matches!(
-            tokio::time::timeout(SOON, waiter.released(20)).await,
-            Ok(Release::Granted {
+            tokio::time::timeout(SOON, waiter.released(floor(20))).await,
+            Ok(Release::Granted(Grant {
                 fencing_token: 27,
                 ..
-            })
+            }))
         ));
         // So is one parked before the waiter listened, unless a busy reply came since.
         notifications.tell(channel.as_bytes(), b"G b:2 30 5 100");
         let (late, _, _) =
             notifications.listen(channel.clone(), Some("b:2 5000 web".into()), Instant::now());
-        let news = tokio::time::timeout(SOON, late.released(31)).await;
-        assert!(!matches!(news, Ok(Release::Granted { .. })), "{news:?}");
+        let news = tokio::time::timeout(SOON, late.released(floor(31))).await;
+        assert!(!matches!(news, Ok(Release::Granted(_))), "{news:?}");
     }
 
     #[tokio::test]
@@ -866,7 +841,7 @@ mod tests {
             notifications.listen(channel.clone(), Some("a:1 5000 web".into()), Instant::now());
         // Another waiter of this client left; its grant arrives: nothing for `a:1`.
         notifications.tell(channel.as_bytes(), b"G z:9 17 5 100");
-        let news = tokio::time::timeout(SOON, waiter.released(0)).await;
+        let news = tokio::time::timeout(SOON, waiter.released(GrantFloor::default())).await;
         assert!(
             news.is_err(),
             "a grant for a waiter that left was news: {news:?}"
@@ -882,11 +857,11 @@ mod tests {
         let members = vec!["a:1 5000 web-1".to_owned()];
         assert_eq!(
             Release::parse(b"G a:1 1700000000000001 42 100", &members),
-            Release::Granted {
+            Release::Granted(Grant {
                 fencing_token: 1_700_000_000_000_001,
                 after: Duration::from_millis(42),
-                lasts: Duration::from_millis(100)
-            }
+                lasts: Duration::from_millis(100),
+            })
         );
         // Another waiter's grant (gone from this client), or a garbled one: no news.
         assert_eq!(
@@ -899,18 +874,18 @@ mod tests {
         );
         assert_eq!(
             Release::merge(
-                Some(Release::Granted {
+                Some(Release::Granted(Grant {
                     fencing_token: 7,
                     after: Duration::ZERO,
-                    lasts: Duration::ZERO
-                }),
+                    lasts: Duration::ZERO,
+                })),
                 Release::Taken(None)
             ),
-            Release::Granted {
+            Release::Granted(Grant {
                 fencing_token: 7,
                 after: Duration::ZERO,
-                lasts: Duration::ZERO
-            }
+                lasts: Duration::ZERO,
+            })
         );
         assert_eq!(Release::parse(b"T", &ours), Release::Taken(None));
         assert_eq!(

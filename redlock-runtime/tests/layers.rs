@@ -13,6 +13,7 @@ const LAYERS: &[&str] = &[
     "config",        // client settings, limits, URL redaction
     "metrics",       // the `metrics` feature's instruments (empty functions without it)
     "cleanup",       // spawn-on-drop; counting background tasks
+    "grant",         // a grant's steps on the client it was made to: one type per step
     "grant_watch",   // when the releasing client checks its grants (one check a key)
     "scripts",       // the Lua scripts, key and channel names
     "sentinel",      // following the primary Sentinel names

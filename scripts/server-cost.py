@@ -16,6 +16,8 @@ from the processes' common start (connecting is left out, as in the benchmark):
     scripts/server-cost.py 16 rslock          # rslock in the same harness
     scripts/server-cost.py 2 redlock 40 BIN   # another benchmark binary
     scripts/server-cost.py 16 redlock-semaphore:4   # a semaphore of 4 permits
+    scripts/server-cost.py 16 grant-minimum   # the floor of a lock that grants
+                                              # (benches/locks/grant_minimum.rs)
 
 The benchmark binary is the newest release/deps/locks-* under CARGO_TARGET_DIR (else
 target/; build it with `cargo bench --bench locks --no-run`), or BIN. REDIS_SERVER chooses the server binary

@@ -23,6 +23,7 @@ mod cost;
 mod distinct_keys;
 mod distributed;
 mod fenced_minimum;
+mod grant_minimum;
 mod handoff;
 mod handoff_trace;
 mod monitor;

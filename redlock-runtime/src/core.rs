@@ -84,9 +84,22 @@ impl HeldLock {
         }
     }
 
-    /// Its confirmation, when a release granted it.
-    pub(crate) fn confirmation(&self) -> &Confirmation {
-        &self.confirmation
+    /// A release granted it: its confirmation is due (see [`Confirmation`]). Letting it
+    /// go is [`Core::let_go`]'s alone, which also takes it off the held locks.
+    pub(crate) fn expect_confirmation(&self) {
+        self.confirmation.expect();
+    }
+
+    /// Takes the confirmation due, if any, running `queue` while no release can be
+    /// queued (see [`Confirmation::take`]).
+    pub(crate) fn take_confirmation<R>(&self, queue: impl FnOnce() -> R) -> Option<R> {
+        self.confirmation.take(queue)
+    }
+
+    /// A confirmation answered that the lock is gone: whether that means it was lost
+    /// (see [`Confirmation::gone_means_lost`]).
+    pub(crate) fn gone_means_lost(&self) -> bool {
+        self.confirmation.gone_means_lost(self.state.has_ended())
     }
 
     /// How long a release now must keep the key for `hold_at_least` (ms; 0: free it).

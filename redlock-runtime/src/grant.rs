@@ -104,7 +104,12 @@ impl Taken {
     /// would the lease: the confirmation's script and its `C` to the next in line are
     /// saved. Three quarters of the grace stay for the confirmation to reach Redis (a
     /// process starved longer loses the lock, which its guard then reports, as a grant
-    /// read late would). An `extend` made before then confirms in its place.
+    /// read late would). An `extend` made before then confirms in its place. The next in
+    /// line, told the grant's lapse (`N`), learns of the confirmation (`C`) before the
+    /// lapse, or of a release through Redis (`G`, another `N`); a release kept for
+    /// `hold_at_least` tells it nothing, and it attempts at the lapse for nothing. (A lock
+    /// granted unconfirmed is not handed off inside its client: see
+    /// `hand_off::leaves_time_to_hand_off`.)
     pub(crate) fn confirmation_due(&self, at_once: bool, now: Instant) -> Instant {
         match at_once {
             true => now,
@@ -256,6 +261,11 @@ mod tests {
                 lasts: Duration::from_millis(100),
             })
         );
+        // Words after the third are for later versions: ignored.
+        assert_eq!(
+            Grant::parse(words("7 12 100 later")).map(|grant| grant.fencing_token),
+            Some(7)
+        );
         assert_eq!(Grant::parse(words("1795404822378060 12")), None);
         assert_eq!(Grant::parse(words("17x 12 100")), None);
         assert_eq!(Grant::parse(words("")), None);
@@ -282,7 +292,8 @@ mod tests {
 
     #[test]
     fn a_grant_is_taken_only_while_half_its_grace_is_left() {
-        let now = Instant::now();
+        // Ahead of the process's clock, so that the instants below are all in range.
+        let now = Instant::now() + Duration::from_secs(1);
         let same = |grace: Duration| grace;
         let bound = Duration::from_secs(1);
         let fresh = grant(3).take(Some(now - Duration::from_millis(10)), bound, same, now);
@@ -361,10 +372,13 @@ mod tests {
         // An attempt sent before the lapse leaves it due.
         lapse.attempted(now + Duration::from_millis(20));
         assert_eq!(lapse.due(), Some(now + Duration::from_millis(100)));
-        // One sent after it acted on it.
-        lapse.attempted(now + Duration::from_millis(101));
+        // One sent at it acted on it.
+        lapse.attempted(now + Duration::from_millis(100));
         assert_eq!(lapse.due(), None);
+        // A later grant's lapse replaces an earlier one.
         lapse.told(now + Duration::from_millis(200));
+        lapse.told(now + Duration::from_millis(300));
+        assert_eq!(lapse.due(), Some(now + Duration::from_millis(300)));
         lapse.confirmed();
         assert_eq!(lapse.due(), None);
     }

@@ -119,7 +119,7 @@ impl LockGuard {
             return;
         };
         let (client, lock, key) = (held.client.clone(), held.lock.clone(), self.key.clone());
-        lock.confirmation().expect();
+        lock.expect_confirmation();
         let mut confirmation = Box::pin(async move {
             if due > Instant::now() {
                 tokio::time::sleep_until(due).await;
@@ -130,7 +130,7 @@ impl LockGuard {
                 std::pin::pin!(client.masters().confirm_grant(&key, &lock.owner, lease_ms));
             // One poll queues the extension; the ticket is taken before it is sent.
             let first = std::future::poll_fn(|cx| {
-                std::task::Poll::Ready(lock.confirmation().take(|| {
+                std::task::Poll::Ready(lock.take_confirmation(|| {
                     let ticket = lock.state.start_update(sent_at, valid_for);
                     (ticket, extension.as_mut().poll(cx))
                 }))
@@ -149,7 +149,7 @@ impl LockGuard {
             lock.state.finish_update(ticket, ours);
             match extended {
                 Ok(Verdict::Ours) => {}
-                Ok(verdict) if lock.confirmation().gone_means_lost(lock.state.has_ended()) => {
+                Ok(verdict) if lock.gone_means_lost() => {
                     tracing::warn!(%key, "redlock.lost: the grant lapsed before it was confirmed");
                     lock.state.found_gone(verdict);
                 }
@@ -243,7 +243,7 @@ impl LockGuard {
         let update = state.begin_update(masters.validity(lease));
         // A grant not confirmed yet: this extension is its confirmation (to this lease,
         // telling the next in line `C`), and none follows that would undo it.
-        let confirming = held.lock.confirmation().take(|| ()).is_some();
+        let confirming = held.lock.take_confirmation(|| ()).is_some();
         let extension = async {
             match confirming {
                 true => {

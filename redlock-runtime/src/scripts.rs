@@ -419,17 +419,28 @@ if ARGV[4] ~= '' then
   end
   {waitlist}
   local expiries = {expiries}
+  -- Read before this registration: -2 when nobody was in line (an empty line is no key).
+  local line_ttl = redis.call('PTTL', KEYS[3])
   registered = redis.call('ZADD', KEYS[3], 'NX', ms, ARGV[4])
   -- (The first byte a hex digit: a lock's owner token, not `kept:`, `reserved:`.)
   local first = string.byte(value, 1)
   if marked and string.byte(value, since_at + 1) == {unconfirmed_byte}
-      and (first <= 57 or (first >= 97 and first <= 102))
-      and redis.call('ZRANK', KEYS[3], ARGV[4]) > 0 then
+      and (first <= 57 or (first >= 97 and first <= 102)) then
     -- A grant not confirmed yet (its grantee confirms a while later, or releases), with
     -- another waiter ahead in line: that one covers the grant's lapse (see
     -- `UNCONFIRMED`), so this one sleeps its own lease, not the grace, and its
-    -- registration lasts as long.
-    ttl = math.max(ttl, tonumber(ARGV[2]))
+    -- registration lasts as long. A waiter new to the line has others ahead when the
+    -- line was there before it (every one of them came earlier: one command fewer than
+    -- its rank, on nearly every join under contention); one in line already is ranked.
+    local behind
+    if registered == 1 then
+      behind = line_ttl ~= -2
+    else
+      behind = redis.call('ZRANK', KEYS[3], ARGV[4]) > 0
+    end
+    if behind then
+      ttl = math.max(ttl, tonumber(ARGV[2]))
+    end
   end
   {register}
 end
@@ -462,7 +473,8 @@ return {{0, ttl, boot, 0, token, ms, registered, left}}
             "KEYS[3]",
             "expiries",
             "ARGV[4]",
-            &format!("ms + ttl + tonumber(ARGV[6] or '{REGISTRATION_SLACK_MS}')")
+            &format!("ms + ttl + tonumber(ARGV[6] or '{REGISTRATION_SLACK_MS}')"),
+            Some("line_ttl"),
         ),
     ))
 });
@@ -508,13 +520,26 @@ pub(crate) const UNCONFIRMED: char = '0';
 /// assumption; an expiries key deleted by hand alone would be made again without an
 /// expiry until the next refresh). A line whose waiters all died without leaving it
 /// outlives the last registration by the slack at most. Expects
-/// the server clock in ms in `ms`.
-fn register_expiry(line: &str, expiries: &str, id: &str, until_ms: &str) -> String {
+/// the server clock in ms in `ms`. `line_ttl`: a Lua local holding the line's `PTTL`,
+/// read by the caller before it added the registration (a registration changes no
+/// expiry, and a line it made has none: -2 before it, -1 after, both short); `None`:
+/// read here.
+fn register_expiry(
+    line: &str,
+    expiries: &str,
+    id: &str,
+    until_ms: &str,
+    line_ttl: Option<&str>,
+) -> String {
+    let line_ttl = match line_ttl {
+        Some(local) => local.to_owned(),
+        None => format!("redis.call('PTTL', {line})"),
+    };
     format!(
         r#"
   local lapses = {until_ms}
   redis.call('ZADD', {expiries}, lapses, {id})
-  if redis.call('PTTL', {line}) < lapses - ms then
+  if {line_ttl} < lapses - ms then
     local keep = math.max(1, lapses - ms) + {REGISTRATION_SLACK_MS}
     redis.call('PEXPIRE', {line}, keep)
     redis.call('PEXPIRE', {expiries}, keep)
@@ -939,7 +964,8 @@ return {{1, token, handed_off, 0}}
             "KEYS[2]",
             "KEYS[3]",
             "ARGV[6]",
-            "ms + busy_for + tonumber(ARGV[8])"
+            "ms + busy_for + tonumber(ARGV[8])",
+            None,
         ),
     ))
 });

@@ -818,7 +818,7 @@ pub async fn run(bench: &mut Bench, holds: Option<usize>) {
         ));
         bench.report.note(format!(
             "distributed, {processes} processes, the grant floor (benches/locks/grant_minimum.rs: \
-             two scripts of eight calls and one message per contended acquisition, none of \
+             two scripts of seven calls and one message per contended acquisition, none of \
              redlock's guarantees beyond FIFO and fencing): acquisitions {}, violations {}, \
              failed {}; Redis CPU per acquisition {} µs, commands {}, utilisation {}, \
              gap p50 {} µs",

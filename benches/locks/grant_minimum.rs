@@ -3,12 +3,15 @@
 //! nobody polls) can ask of Redis per contended acquisition.
 //!
 //! - Attempt: one script, `SET NX PX`; when busy, `RPUSH` the owner onto the line. The
-//!   fencing token is taken only when the key is free (`TIME`, the counter's `SET … GET`).
+//!   fencing token, an `INCR` of a counter, is taken only when the key is free.
 //! - Release: one script, `GET` (compare), `LPOP` the line; with a waiter, the next
-//!   token (`TIME`, `SET … GET`), `SET` the key to the waiter and `PUBLISH` the token on
-//!   its channel; without one, `DEL`.
+//!   token (`INCR`), `SET` the key to the waiter and `PUBLISH` the token on its
+//!   channel; without one, `DEL`.
 //!
-//! So a contended acquisition is two scripts, eight inner commands and one message.
+//! So a contended acquisition is two scripts, seven inner commands and one message. Its
+//! tokens are a counter's, which a restart from stale data sends backwards (redlock's
+//! are the server clock's where the counter falls behind it: two commands, `TIME` and
+//! `SET … GET`, where this has one).
 //! Nothing else that a lock users can rely on is here: no lapse of a grant nobody takes
 //! (a waiter that dies in line holds the key for the lease), no removal of a waiter
 //! that gave up, no stale-grant check, no client name, no waiting writer, no RedLock
@@ -26,14 +29,7 @@ use tokio::sync::{Mutex, mpsc};
 /// Takes the key if free (the token as the reply), else joins the line (0).
 const ACQUIRE: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local now = redis.call('TIME')
-  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', token), 'GET'))
-  if last and last >= token then
-    token = last + 1
-    redis.call('SET', KEYS[2], string.format('%.0f', token))
-  end
-  return token
+  return redis.call('INCR', KEYS[2])
 end
 redis.call('RPUSH', KEYS[3], ARGV[1])
 return 0
@@ -50,15 +46,9 @@ if not next then
   redis.call('DEL', KEYS[1])
   return 1
 end
-local now = redis.call('TIME')
-local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', token), 'GET'))
-if last and last >= token then
-  token = last + 1
-  redis.call('SET', KEYS[2], string.format('%.0f', token))
-end
+local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], next, 'PX', ARGV[2])
-redis.call('PUBLISH', 'bench:grant-minimum:' .. next, string.format('%.0f', token))
+redis.call('PUBLISH', 'bench:grant-minimum:' .. next, token)
 return 1
 "#;
 

@@ -1040,8 +1040,9 @@ impl Protocol {
         // ACQUIRE's `UNCONFIRMED`: a waiter that finds a grant not picked up yet, with
         // another waiter ahead in line, is told its own lease rather than the grace; the
         // first in line keeps the grace. (Nothing relies on that one: the lapse is the
-        // waiter told `N`'s, or else the releasing client's, as before. Unlike ZRANK, the
-        // line here holds no lapsed registration: they are dropped every tick.)
+        // waiter told `N`'s, or else the releasing client's, as before. Unlike the script's
+        // test — a line there before a new registration, or else its rank — the line here
+        // holds no lapsed registration: they are dropped every tick.)
         if !s.waitlist.iter().any(|registration| registration.id == id) {
             s.waitlist.push(Registration { id, exp: 0 });
         }

@@ -16,6 +16,8 @@ from the processes' common start (connecting is left out, as in the benchmark):
     scripts/server-cost.py 16 rslock          # rslock in the same harness
     scripts/server-cost.py 2 redlock 40 BIN   # another benchmark binary
     scripts/server-cost.py 16 redlock-semaphore:4   # a semaphore of 4 permits
+    REDLOCK_BENCH_GRANT_TRACE=1 scripts/server-cost.py 16   # and the grantee's side
+                                              # (benches/locks/grant_trace.rs)
     scripts/server-cost.py 16 grant-minimum   # the floor of a lock that grants
                                               # (benches/locks/grant_minimum.rs)
 
@@ -148,6 +150,7 @@ def main():
             child.stdin.write("go\n")
             child.stdin.flush()
         releases = []
+        grants = []
         for child in children:
             for line in child.stdout:
                 if line.strip() == "done":
@@ -155,6 +158,9 @@ def main():
                 if line.startswith("hold "):
                     _, _asked, _acquired, releasing, released = line.split()
                     releases.append((int(released) - int(releasing)) / 1000)
+                if line.startswith("grant "):
+                    _, message, returned = line.split()
+                    grants.append((int(message) / 1000, int(returned) / 1000))
             else:
                 sys.exit("a benchmark process stopped before it was done: its figures would be partial")
         after = info(conn, "cpu")
@@ -203,6 +209,11 @@ def main():
               f"p50 {quantile(durations, 0.5)} µs, p90 {quantile(durations, 0.9)} µs on the server")
     print(f"release call: p50 {quantile(releases, 0.5):.0f} µs, p10 {quantile(releases, 0.1):.0f}, "
           f"p90 {quantile(releases, 0.9):.0f}")
+    if grants:
+        for index, what in enumerate(["message to grant taken", "grant taken to return"]):
+            values = [grant[index] for grant in grants]
+            print(f"{what}: p50 {quantile(values, 0.5):.0f} µs, p10 {quantile(values, 0.1):.0f}, "
+                  f"p90 {quantile(values, 0.9):.0f} ({len(values)} grants)")
 
 
 if __name__ == "__main__":

@@ -190,6 +190,7 @@ pub fn child(spec: &str) {
 }
 
 async fn child_loop(spec: Spec) {
+    let trace = crate::grant_trace::Stamps::install();
     let client = match spec.library.as_str() {
         "redlock" => Client::Redlock(
             redlock_runtime::LockClient::connect(&spec.url)
@@ -248,6 +249,16 @@ async fn child_loop(spec: Spec) {
         }
     }
     let cpu = process_cpu() - cpu_before;
+    if let Some(trace) = &trace {
+        let acquisitions: Vec<(u64, u64)> = lines
+            .iter()
+            .filter_map(|line| {
+                let mut fields = line.strip_prefix("hold ")?.split(' ');
+                Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+            })
+            .collect();
+        lines.extend(trace.lines(&acquisitions));
+    }
     lines.push(format!("cpu {}", cpu.as_nanos()));
     lines.push("done\n".to_owned());
     stdout
@@ -503,6 +514,8 @@ async fn run_once(bench: &mut Bench, library: &str, processes: usize, holds: usi
                     let nanos: u64 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
                     run.cpu += Duration::from_nanos(nanos);
                 }
+                // The grant trace's (see `grant_trace`): read by scripts/server-cost.py.
+                Some("grant") => {}
                 _ => panic!("unexpected line from a distributed-scenario child: {line:?}"),
             }
         }

@@ -24,6 +24,7 @@ mod distinct_keys;
 mod distributed;
 mod fenced_minimum;
 mod grant_minimum;
+mod grant_trace;
 mod handoff;
 mod handoff_trace;
 mod monitor;

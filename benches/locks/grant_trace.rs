@@ -68,13 +68,12 @@ impl Stamps {
         acquisitions
             .iter()
             .filter_map(|&(asked, returned)| {
-                let within = stamps
+                let mut within = stamps
                     .iter()
                     .filter(|(at, _)| (asked..=returned).contains(at));
                 let granted = within.clone().rfind(|(_, name)| *name == "granted")?.0;
                 let message = within
-                    .filter(|(at, name)| *name == "news_received" && *at <= granted)
-                    .last()?
+                    .rfind(|(at, name)| *name == "news_received" && *at <= granted)?
                     .0;
                 Some(format!(
                     "grant {} {}",

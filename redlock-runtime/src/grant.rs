@@ -6,9 +6,11 @@
 //! makes the waiter the holder for a grace, and tells its client
 //! `G <id> <token> <ms after registration> <grace ms>`. On this client the grant then
 //! goes through these steps:
-//! - **delivered**: [`Grant::parse`] reads the message; the channel keeps, for each of
-//!   its waiters, the grant with the highest token ([`Grant::supersedes`]: messages may
-//!   come out of order after a resubscription);
+//! - **delivered**: [`Grant::parse_message`] reads the message; the channel keeps, for
+//!   each of its waiters, the grant with the highest token ([`Grant::supersedes`]:
+//!   messages may come out of order after a resubscription), and for a waiter that does
+//!   not listen yet, the latest grant as [`Unclaimed`], which it claims as it starts
+//!   listening, within [`UNCLAIMED_FOR`];
 //! - **read**: the waiter reads it against its [`GrantFloor`]: a grant made before one
 //!   of the waiter's attempts found the key busy lapsed or was taken away since, and is
 //!   dropped (issue 33);
@@ -21,7 +23,8 @@
 //!   lost or let go meanwhile ([`Confirmation::gone_means_lost`]).
 //!
 //! The waiter behind the grantee has a step of its own, the [`Lapse`]: told when the
-//! grant lapses unless confirmed (`N`), it attempts then, unless told of the
+//! grant lapses unless confirmed (`N`; kept as [`Unclaimed`] for a waiter that does not
+//! listen yet, and cleared by a `C` for it), it attempts then, unless told of the
 //! confirmation (`C`) first. A grant nobody confirms so reaches the next waiter a grace
 //! later, whatever became of the client that released (issue 34).
 //!
@@ -31,6 +34,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// How long news that came for a waiter of this client before it listened is kept for
+/// it (see [`Unclaimed`]): a grant lasts a grace unless confirmed; one read later than
+/// that is taken only by an attempt of the waiter's, and one made before a busy attempt
+/// of the waiter's is not admitted (see [`GrantFloor`]).
+pub(crate) const UNCLAIMED_FOR: Duration = Duration::from_secs(1);
 
 /// A grant made to a waiter of this client: what its message (`G`) says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +52,15 @@ pub(crate) struct Grant {
 }
 
 impl Grant {
-    /// Delivered: the words of a grant message after the waiter's id,
+    /// Delivered: a grant message after its `G `, `<id> <token> <ms after registration>
+    /// <ms it lasts unconfirmed>`: the waiter's id and the grant.
+    pub(crate) fn parse_message(text: &[u8]) -> Option<(&[u8], Grant)> {
+        let mut words = text.split(|&byte| byte == b' ');
+        let id = words.next()?;
+        Some((id, Grant::parse(words)?))
+    }
+
+    /// The words of a grant message after the waiter's id,
     /// `<token> <ms after registration> <ms it lasts unconfirmed>`. `None` when one is
     /// missing or not a number.
     pub(crate) fn parse<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Option<Grant> {
@@ -115,6 +132,66 @@ impl Taken {
             true => now,
             false => self.granted_at + self.grace / 4,
         }
+    }
+}
+
+/// Whether the waitlist member `member` (`<id> <lease ms> <client name>`) is the waiter
+/// `id`, whom a message names.
+pub(crate) fn is_member(id: &[u8], member: &[u8]) -> bool {
+    member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
+}
+
+/// News for a waiter of this client that does not listen yet — its attempt put it in
+/// line while the client's subscription was live already — or that left: a grant
+/// (`Unclaimed<Grant>`), or the lapse of the grant ahead (`Unclaimed<Duration>`, `N`,
+/// which the releasing client counted on: it checks nothing itself once a client heard
+/// `N`). The channel keeps the latest of each for the waiter it names, until the waiter
+/// claims it as it starts listening, or a confirmation (`C`) of the grant ahead clears
+/// the lapse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unclaimed<T> {
+    id: Vec<u8>,
+    news: T,
+    at: Instant,
+}
+
+impl<T: Copy> Unclaimed<T> {
+    /// `news` for the waiter `id`, come at `at`.
+    pub(crate) fn new(id: &[u8], news: T, at: Instant) -> Self {
+        Unclaimed {
+            id: id.to_vec(),
+            news,
+            at,
+        }
+    }
+
+    /// The news and its age at `now`, when it is for the waiter registered as `member`.
+    pub(crate) fn claim(&self, member: &str, now: Instant) -> Option<(T, Duration)> {
+        is_member(&self.id, member.as_bytes()).then(|| (self.news, now - self.at))
+    }
+
+    /// Whether it is for the waiter `id`.
+    pub(crate) fn names(&self, id: &[u8]) -> bool {
+        self.id == id
+    }
+}
+
+impl Unclaimed<Grant> {
+    /// The grant, when it is for `member` and came less than [`UNCLAIMED_FOR`] before
+    /// `now`.
+    pub(crate) fn claim_grant(&self, member: &str, now: Instant) -> Option<Grant> {
+        self.claim(member, now)
+            .filter(|(_, age)| *age < UNCLAIMED_FOR)
+            .map(|(grant, _)| grant)
+    }
+}
+
+impl Unclaimed<Duration> {
+    /// How long after `now` the grant ahead of `member` lapses (counted from the
+    /// message's arrival, not from now), when it is for `member`.
+    pub(crate) fn claim_lapse(&self, member: &str, now: Instant) -> Option<Duration> {
+        self.claim(member, now)
+            .map(|(lasts, age)| lasts.saturating_sub(age))
     }
 }
 
@@ -269,6 +346,43 @@ mod tests {
         assert_eq!(Grant::parse(words("1795404822378060 12")), None);
         assert_eq!(Grant::parse(words("17x 12 100")), None);
         assert_eq!(Grant::parse(words("")), None);
+    }
+
+    #[test]
+    fn a_grant_message_names_its_waiter_by_its_id() {
+        let (id, grant) = Grant::parse_message(b"a:1 17 5 100").unwrap();
+        assert_eq!((id, grant.fencing_token), (&b"a:1"[..], 17));
+        assert_eq!(Grant::parse_message(b"a:1 17"), None);
+        assert!(is_member(b"a:1", b"a:1 5000 web"));
+        // A prefix of another id, or an id alone, is not the member.
+        assert!(!is_member(b"a:", b"a:1 5000 web"));
+        assert!(!is_member(b"a:1", b"a:1"));
+    }
+
+    #[test]
+    fn news_for_a_waiter_not_listening_yet_is_kept_for_it_alone() {
+        let at = Instant::now();
+        let unclaimed = Unclaimed::new(b"a:1", grant(9), at);
+        assert_eq!(unclaimed.claim_grant("a:1 5000 web", at), Some(grant(9)));
+        assert_eq!(unclaimed.claim_grant("a:2 5000 web", at), None);
+        // Past `UNCLAIMED_FOR` a grant is no longer taken as it is.
+        assert_eq!(
+            unclaimed.claim_grant("a:1 5000 web", at + UNCLAIMED_FOR),
+            None
+        );
+        // A lapse is counted from the message's arrival.
+        let lapse = Unclaimed::new(b"b:2", Duration::from_millis(100), at);
+        let later = at + Duration::from_millis(30);
+        assert_eq!(
+            lapse.claim_lapse("b:2 5000 web", later),
+            Some(Duration::from_millis(70))
+        );
+        assert_eq!(
+            lapse.claim_lapse("b:2 5000 web", at + Duration::from_secs(1)),
+            Some(Duration::ZERO)
+        );
+        assert!(lapse.names(b"b:2"));
+        assert!(!lapse.names(b"b:"));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
-use crate::grant::{Grant, GrantFloor};
+use crate::grant::{Grant, GrantFloor, Unclaimed, is_member};
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
@@ -36,12 +36,6 @@ enum Request {
     #[cfg(feature = "sentinel")]
     Resubscribe,
 }
-
-/// How long a grant that came for no waiter of this client is kept for one that starts
-/// listening (see `Channel::unclaimed`): a grant lasts a grace unless confirmed; one
-/// read later than that is taken only by an attempt of the waiter's, and one made before
-/// a busy attempt of the waiter's is dropped (see `Listener::released`).
-const UNCLAIMED_FOR: Duration = Duration::from_secs(1);
 
 /// How long a channel nobody listens to stays subscribed. A key that is contended
 /// again soon finds its subscription live: no SUBSCRIBE, and no extra attempt to
@@ -58,15 +52,10 @@ struct Channel {
     idle_since: Option<Instant>,
     /// Waitlist ids of this client's waiters on the channel.
     waiter_ids: Vec<String>,
-    /// The last grant that came for none of them, and when: a waiter whose attempt
-    /// registered it may be granted before it listens (its client's subscription was
-    /// live already), and finds its grant here when it does (see `UNCLAIMED_FOR`).
-    unclaimed: Option<(Vec<u8>, Instant)>,
-    /// The last `N` (the grant ahead lapses unless confirmed) that came for none of them,
-    /// and when: as for a grant, its waiter's attempt may have put it in line before it
-    /// listens, and the releasing client counted on it (it checks nothing itself once a
-    /// client heard `N`). Cleared by a `C` for that waiter.
-    unclaimed_next: Option<(Vec<u8>, Instant)>,
+    /// The last grant that came for none of them (see [`Unclaimed`]).
+    unclaimed: Option<Unclaimed<Grant>>,
+    /// The last `N` (the grant ahead lapses unless confirmed) that came for none of them.
+    unclaimed_next: Option<Unclaimed<Duration>>,
     /// What the messages said, for the listeners.
     news: Arc<Mutex<Mailbox>>,
     /// Wakes every listener to look for a grant of its own in the mailbox.
@@ -134,10 +123,8 @@ impl Release {
     /// members, `<id> <lease> <name>`) has that id. A grant for a waiter of this client
     /// that is gone is no news for the others: the waiter's leaving passes it on.
     fn grant(text: &[u8], ours: &[String]) -> Self {
-        let mut words = text.split(|&byte| byte == b' ');
-        let _id = words.next();
-        match (granted_member(text, ours), Grant::parse(words)) {
-            (Some(_), Some(grant)) => Release::Granted(grant),
+        match Grant::parse_message(text) {
+            Some((id, grant)) if member_named(id, ours).is_some() => Release::Granted(grant),
             _ => Release::Taken(None),
         }
     }
@@ -152,13 +139,9 @@ impl Release {
     }
 }
 
-/// The member of `ours` that a grant (`<id> <token> …`, after the `G `) names, if any.
-fn granted_member<'a>(grant: &[u8], ours: &'a [String]) -> Option<&'a String> {
-    let id = grant.split(|&byte| byte == b' ').next()?;
-    ours.iter().find(|member| {
-        let member = member.as_bytes();
-        member.len() > id.len() && member.starts_with(id) && member[id.len()] == b' '
-    })
+/// The member of `ours` that a message names by its waiter's `id`, if any.
+fn member_named<'a>(id: &[u8], ours: &'a [String]) -> Option<&'a String> {
+    ours.iter().find(|member| is_member(id, member.as_bytes()))
 }
 
 /// What a message for the next in line (`N <id> <ms>`, `C <id>`) tells the waiter it
@@ -170,7 +153,7 @@ fn next_in_line(payload: &[u8], ours: &[String]) -> Option<Release> {
     }
     let mut words = rest.split(|&byte| byte == b' ');
     let id = words.next()?;
-    granted_member(id, ours)?;
+    member_named(id, ours)?;
     match kind {
         b'N' => Some(Release::Next(millis(words.next()?)?)),
         b'C' => Some(Release::Confirmed),
@@ -286,23 +269,23 @@ impl ReleaseNotifications {
             if let Some(id) = &waiter_id {
                 entry.waiter_ids.push(id.clone());
                 // Granted between its attempt and now: the grant is its news.
-                if let Some((payload, at)) = entry.unclaimed.take() {
-                    let news = Release::parse(&payload, std::slice::from_ref(id));
-                    if let (Release::Granted(grant), true) = (news, at.elapsed() < UNCLAIMED_FOR) {
-                        entry.grant(id.clone(), grant);
-                    } else {
-                        entry.unclaimed = Some((payload, at));
-                    }
+                let now = Instant::now();
+                let claimed = entry
+                    .unclaimed
+                    .as_ref()
+                    .and_then(|u| u.claim_grant(id, now));
+                if let Some(grant) = claimed {
+                    entry.unclaimed = None;
+                    entry.grant(id.clone(), grant);
                 }
-                // Told, before it listened, when the grant ahead lapses: the lapse is
-                // counted from the message's arrival, not from now.
-                if let Some((payload, at)) = entry.unclaimed_next.take() {
-                    match next_in_line(&payload, std::slice::from_ref(id)) {
-                        Some(Release::Next(lasts)) => {
-                            entry.post(Release::Next(lasts.saturating_sub(at.elapsed())));
-                        }
-                        _ => entry.unclaimed_next = Some((payload, at)),
-                    }
+                // Told, before it listened, when the grant ahead lapses.
+                let lapse = entry
+                    .unclaimed_next
+                    .as_ref()
+                    .and_then(|u| u.claim_lapse(id, now));
+                if let Some(lasts) = lapse {
+                    entry.unclaimed_next = None;
+                    entry.post(Release::Next(lasts));
                 }
             }
             let live = entry.confirmed_at.is_some_and(|at| at <= since);
@@ -355,37 +338,39 @@ impl ReleaseNotifications {
                 entry.post(news);
                 return;
             }
-            if payload.starts_with(b"N ") {
+            if let Some(next) = payload.strip_prefix(b"N ") {
                 // For a waiter of this client that does not listen yet, or that left.
-                entry.unclaimed_next = Some((payload.to_vec(), Instant::now()));
+                let mut words = next.split(|&byte| byte == b' ');
+                if let (Some(id), Some(lasts)) = (words.next(), words.next().and_then(millis)) {
+                    entry.unclaimed_next = Some(Unclaimed::new(id, lasts, Instant::now()));
+                }
                 return;
             }
-            if payload.starts_with(b"C ") {
-                let confirmed = payload.get(2..).unwrap_or_default();
-                if entry.unclaimed_next.as_ref().is_some_and(|(next, _)| {
-                    next.get(2..).is_some_and(|rest| {
-                        rest.starts_with(confirmed) && rest.get(confirmed.len()) == Some(&b' ')
-                    })
-                }) {
+            if let Some(confirmed) = payload.strip_prefix(b"C ") {
+                if entry
+                    .unclaimed_next
+                    .as_ref()
+                    .is_some_and(|u| u.names(confirmed))
+                {
                     entry.unclaimed_next = None;
                 }
                 return;
             }
-            let member = payload
-                .strip_prefix(b"G ")
-                .and_then(|grant| granted_member(grant, &entry.waiter_ids));
-            match (member, news) {
-                (Some(member), Release::Granted(grant)) => {
-                    let member = member.clone();
-                    entry.grant(member, grant);
-                }
-                // A grant for none of the current waiters (one that left, or one that
-                // has not listened yet) is no news for the others: posted, it would
-                // wipe a shorter wake-up one of them was told.
-                _ if payload.starts_with(b"G ") => {
-                    entry.unclaimed = Some((payload.to_vec(), Instant::now()));
-                }
-                (_, news) => entry.post(news),
+            let granted = payload.strip_prefix(b"G ").and_then(Grant::parse_message);
+            match granted {
+                Some((id, grant)) => match member_named(id, &entry.waiter_ids) {
+                    Some(member) => {
+                        let member = member.clone();
+                        entry.grant(member, grant);
+                    }
+                    // A grant for none of the current waiters (one that left, or one
+                    // that has not listened yet) is no news for the others: posted, it
+                    // would wipe a shorter wake-up one of them was told.
+                    None => entry.unclaimed = Some(Unclaimed::new(id, grant, Instant::now())),
+                },
+                // A garbled grant: no news.
+                None if payload.starts_with(b"G ") => {}
+                None => entry.post(news),
             }
         }
     }

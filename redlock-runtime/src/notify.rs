@@ -1,6 +1,6 @@
 //! Release notifications: how a waiter learns, without polling, that a lock was freed.
 //!
-//! A release publishes on the key's channel (see [`crate::scripts::release_channel`]);
+//! A release publishes on the key's channel (`scripts::RELEASE_CHANNEL_PREFIX` and the key);
 //! a grant, on the granted client's own channel for the key (see
 //! `scripts::GRANT_CHANNEL_PREFIX`), which only that client subscribes to.
 //! The client's connection speaks RESP3, so published messages arrive on it as push

@@ -970,26 +970,34 @@ return {{1, token, handed_off, 0}}
     ))
 });
 
-/// `grant_permits(fence, holders, names, value, ms)`: a semaphore's key (`value`,
+/// `grant_permits(fence, holders, names, value, ms, rest)`: a semaphore's key (`value`,
 /// `shared:<permits>`; a read lock's does nothing) has permits free, now that `ms` (with
-/// the waitlist's expired registrations dropped): the waiters of the same count at the
-/// head of the line are granted as many as are free (see `grant_shares`), and the key
-/// lasts as long as its longest share, a granted one's grace included. True when it
-/// granted one. Shared by the release, the leave and the lapsed-grant scripts; needs
-/// `settle_shares` and `free_for_next`'s functions before it.
+/// the waitlist's expired registrations dropped, and the shares settled: `rest` is what
+/// `settle_shares` answered): the waiters of the same count at the head of the line are
+/// granted as many as are free (see `grant_shares`), and the key lasts as long as its
+/// longest share, a granted one's grace included. True when it granted one. Shared by
+/// the release, the leave and the lapsed-grant scripts; needs `free_for_next`'s
+/// functions before it.
 const GRANT_PERMITS_FN: &str = r#"
-local function grant_permits(fence, holders, names, value, ms)
+local function grant_permits(fence, holders, names, value, ms, rest)
   local limit = tonumber(string.sub(value, 8))
-  if limit == 0 or grant_shares(fence, holders, names, limit, redis.call('ZCARD', holders), ms) == 0 then
+  if limit == 0 then
     return false
   end
-  -- The grant's name may have made the names' key anew (the shares before it were an
-  -- older redlock's, which names none): given its expiry here, since the settling
-  -- leaves the three keys' expiries alone when the lock's is right.
-  local rest = settle_shares(KEYS[1], holders, ms)
-  if rest > 0 then
-    redis.call('PEXPIRE', names, rest)
+  local granted, _, latest = grant_shares(fence, holders, names, limit, redis.call('ZCARD', holders), ms)
+  if granted == 0 then
+    return false
   end
+  -- The shares were settled just before: the keys last `rest` more, longer only when a
+  -- share granted here outlasts the others (settling again would read what is known).
+  local lasts = math.max(rest, latest - ms)
+  if lasts > rest then
+    redis.call('PEXPIRE', KEYS[1], lasts)
+    redis.call('PEXPIRE', holders, lasts)
+  end
+  -- The grant's name may have made the names' key anew (the shares before it were an
+  -- older redlock's, which names none): given the keys' expiry.
+  redis.call('PEXPIRE', names, lasts)
   return true
 end
 "#;
@@ -1025,7 +1033,7 @@ local function release_share(value)
       -- A permit kept for its minimum hold is free when that ends.
       redis.call(publish, channel, 'K:' .. keep)
     elseif redis.call('EXISTS', KEYS[2]) == 1
-        and grant_permits(fence, KEYS[5], names, value, drop_expired_waiters(ms)) then
+        and grant_permits(fence, KEYS[5], names, value, drop_expired_waiters(ms), rest) then
       return 3
     else
       redis.call(publish, channel, '')
@@ -1239,10 +1247,11 @@ local function share_waiter(head)
 end
 -- Grants shares of the key (held in shares under `limit`, `held` of them taken) to the
 -- run of share waiters of that limit at the head of the line, as many as it has room
--- for. Returns how many it granted, the longest lease among them, and the server
--- clock (ms). Expired registrations must be gone already.
+-- for. Returns how many it granted, the longest lease among them, and when the last
+-- granted share ends unconfirmed (server clock, ms; 0 when none). Expired
+-- registrations must be gone already.
 local function grant_shares(fence, holders, names, limit, held, ms)
-  local granted, longest = 0, 0
+  local granted, longest, latest = 0, 0, 0
   while limit == 0 or held < limit do
     local line = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     if not line[1] then
@@ -1263,6 +1272,7 @@ local function grant_shares(fence, holders, names, limit, held, ms)
         granted = granted + 1
         held = held + 1
         longest = math.max(longest, tonumber(lease))
+        latest = math.max(latest, ms + share)
       else
         -- Nobody of its client listens (its process died, its connection dropped).
         redis.call('ZREM', holders, id)
@@ -1270,7 +1280,7 @@ local function grant_shares(fence, holders, names, limit, held, ms)
       end
     end
   end
-  return granted, longest
+  return granted, longest, latest
 end
 -- `ms`: the server clock, when the caller has read it already.
 local function drop_expired_waiters(ms)
@@ -1416,7 +1426,8 @@ if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared
   redis.call('ZREM', holders, granted_to)
   redis.call('HDEL', names, granted_to)
   local ms = drop_expired_waiters()
-  if settle_shares(KEYS[1], holders, ms) == 0 then
+  local rest = settle_shares(KEYS[1], holders, ms)
+  if rest == 0 then
     redis.call('DEL', holders, names)
     local granted, told = free_for_next(KEYS[4], nil, holders, names)
     if told then
@@ -1426,7 +1437,7 @@ if granted_to and type(value) == 'string' and string.sub(value, 1, 7) == 'shared
     end
     return 1
   end
-  if grant_permits(KEYS[4], holders, names, value, ms) then
+  if grant_permits(KEYS[4], holders, names, value, ms, rest) then
     return 3
   end
   return 1
@@ -1499,8 +1510,8 @@ if type(value) == 'string' and string.match(value, '^shared:[1-9]') then
   local holders = KEYS[5] or {holders}
   local names = KEYS[6] or share_names(KEYS[1], holders)
   local ms = drop_expired_waiters()
-  settle_shares(KEYS[1], holders, ms)
-  if grant_permits(KEYS[4], holders, names, value, ms) then
+  local rest = settle_shares(KEYS[1], holders, ms)
+  if grant_permits(KEYS[4], holders, names, value, ms, rest) then
     return 3
   end
   return 0

@@ -430,8 +430,11 @@ if ARGV[4] ~= '' then
     -- another waiter ahead in line: that one covers the grant's lapse (see
     -- `UNCONFIRMED`), so this one sleeps its own lease, not the grace, and its
     -- registration lasts as long. A waiter new to the line has others ahead when the
-    -- line was there before it (every one of them came earlier: one command fewer than
-    -- its rank, on nearly every join under contention); one in line already is ranked.
+    -- line was there before it (one command fewer than its rank, on nearly every join
+    -- under contention); one in line already is ranked. Those in line joined earlier,
+    -- save one of the same millisecond (or after the server's clock stepped back)
+    -- ranked behind it: this waiter then sleeps its own lease as first in line, where
+    -- the grace is one more cover, not the one relied on (see `UNCONFIRMED`).
     local behind
     if registered == 1 then
       behind = line_ttl ~= -2

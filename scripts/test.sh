@@ -132,6 +132,7 @@ valkey_tests=(
     grant_without_releaser # a grant nobody confirms reaches the next waiter, releaser gone
     grant_confirmation  # a short hold never confirms its grant; a longer one does in time
     grant_checks        # permits granted together share the releaser's lapsed-grant check
+    missing_scripts     # a script the server forgot runs with its source, in one EVAL
     tls                 # TLS: skipped on this Valkey (built without TLS; one line says
                         # so), but for the two tests that need no TLS port
 )

@@ -30,14 +30,25 @@ pub(crate) enum Connection {
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let reply = match self {
-            Connection::Server(connection) => connection.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            Connection::Cluster(connection) => connection.req_packed_command(cmd),
-            #[cfg(feature = "sentinel")]
-            Connection::Sentinel(connection) => connection.req_packed_command(cmd),
-        };
-        Box::pin(async move { in_step(reply.await?) })
+        Box::pin(async move {
+            let reply = self.send(cmd).await;
+            // `NOSCRIPT`: the script did not run. It is sent again at once with its source
+            // (`EVAL`), to the node that owns its key. redis-rs would load it with `SCRIPT
+            // LOAD` and send the `EVALSHA` again, but on a Cluster that load goes to the
+            // masters of the client's slot map, which a failover has just made stale: the
+            // promoted replica, which has no script, answered `NOSCRIPT` a second time,
+            // and a release failed (tests/crossed_replies.rs, on Valkey). Elsewhere another
+            // task's command could run between the load and the resend.
+            if is_no_script(&reply)
+                && let Some(eval) = as_eval(cmd)
+            {
+                tracing::debug!(
+                    "redlock: a script was missing on the server; sent with its source"
+                );
+                return in_step(self.send(&eval).await?);
+            }
+            in_step(reply?)
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -82,6 +93,17 @@ impl ConnectionLike for Connection {
 }
 
 impl Connection {
+    /// Sends one command as it is.
+    fn send<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Server(connection) => connection.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Connection::Sentinel(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
     pub(crate) fn is_cluster(&self) -> bool {
         #[cfg(feature = "cluster")]
         return matches!(self, Connection::Cluster(_));
@@ -312,6 +334,35 @@ async fn primaries(mut cluster: ClusterConnection) -> RedisResult<Vec<(String, u
 /// command in flight), and every later reply on that connection comes one command late.
 /// Its caller gets an error, as for a reply that never came: a lock attempt's outcome
 /// is then unknown and cleaned up, never believed.
+/// Whether a reply is `NOSCRIPT`, as an error or as a server error value.
+fn is_no_script(reply: &RedisResult<Value>) -> bool {
+    let no_script = redis::ServerErrorKind::NoScript;
+    match reply {
+        Err(error) => error.kind() == redis::ErrorKind::Server(no_script),
+        Ok(Value::ServerError(error)) => error.kind() == Some(no_script),
+        Ok(_) => false,
+    }
+}
+
+/// `EVALSHA <sha> …` of one of redlock's scripts as `EVAL <source> …`, the same keys and
+/// arguments; `None` for any other command.
+fn as_eval(cmd: &Cmd) -> Option<Cmd> {
+    let mut args = cmd.args_iter().map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    if !args.next()??.eq_ignore_ascii_case(b"EVALSHA") {
+        return None;
+    }
+    let source = scripts::source_of(args.next()??)?;
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(source);
+    for arg in args {
+        eval.arg(arg?);
+    }
+    Some(eval)
+}
+
 fn in_step(reply: Value) -> RedisResult<Value> {
     match reply {
         Value::Push { kind, data } => Err(out_of_step(&kind, &data)),

@@ -200,12 +200,15 @@ impl Node {
     }
 
     /// Loads every script, so that none meets `NOSCRIPT` at its first use. redis-rs
-    /// answers `NOSCRIPT` by loading the script and sending it again, and a command
-    /// another task sent meanwhile on the same connection runs in between: a RedLock
+    /// answered `NOSCRIPT` by loading the script and sending it again, and a command
+    /// another task sent meanwhile on the same connection ran in between: a RedLock
     /// master that answered an attempt late ran the holder's release before the
     /// attempt's second send, and kept the lock for its whole lease (seen in
-    /// `tests/redlock.rs`). Best effort, within the response timeout: a server that
-    /// refuses `SCRIPT LOAD` loads each script at its first use, as before.
+    /// `tests/redlock.rs`). A script that meets `NOSCRIPT` all the same (a restart, a
+    /// failover) is now sent again with its source in one command (see
+    /// `Connection::req_packed_command`). Best effort, within the response timeout: a
+    /// server that refuses `SCRIPT LOAD` runs each script with its source at its first
+    /// use.
     pub(crate) async fn load_scripts(&self) {
         let loads = scripts::all().map(|script| {
             let mut connection = self.connection.clone();

@@ -195,6 +195,15 @@ fn loaded_as(expected: &str, answered: &str) -> redis::RedisResult<()> {
     )))
 }
 
+/// The source of the script of SHA1 `sha` (hex, as `EVALSHA` names it), if it is one of
+/// [`all`].
+pub(crate) fn source_of(sha: &[u8]) -> Option<&'static str> {
+    all()
+        .into_iter()
+        .find(|script| script.get_hash().as_bytes().eq_ignore_ascii_case(sha))
+        .map(|script| script.code.as_str())
+}
+
 /// Every script the client runs on its servers, loaded at connect (`Node::load_scripts`).
 pub(crate) fn all() -> [&'static Lua; 11] {
     [

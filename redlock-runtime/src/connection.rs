@@ -327,13 +327,6 @@ async fn primaries(mut cluster: ClusterConnection) -> RedisResult<Vec<(String, u
     Ok(found)
 }
 
-/// A command's reply, unless it is a push frame. Subscriptions do not go through
-/// [`ConnectionLike`] (see [`Connection::subscribe`]), so no command sent through it
-/// is answered by a push: one that is, was handed a frame meant for no request (redis
-/// 1.8.1 takes a `sunsubscribe` the server sends by itself for the reply to the oldest
-/// command in flight), and every later reply on that connection comes one command late.
-/// Its caller gets an error, as for a reply that never came: a lock attempt's outcome
-/// is then unknown and cleaned up, never believed.
 /// Whether a reply is `NOSCRIPT`, as an error or as a server error value.
 fn is_no_script(reply: &RedisResult<Value>) -> bool {
     let no_script = redis::ServerErrorKind::NoScript;
@@ -363,6 +356,13 @@ fn as_eval(cmd: &Cmd) -> Option<Cmd> {
     Some(eval)
 }
 
+/// A command's reply, unless it is a push frame. Subscriptions do not go through
+/// [`ConnectionLike`] (see [`Connection::subscribe`]), so no command sent through it
+/// is answered by a push: one that is, was handed a frame meant for no request (redis
+/// 1.8.1 takes a `sunsubscribe` the server sends by itself for the reply to the oldest
+/// command in flight), and every later reply on that connection comes one command late.
+/// Its caller gets an error, as for a reply that never came: a lock attempt's outcome
+/// is then unknown and cleaned up, never believed.
 fn in_step(reply: Value) -> RedisResult<Value> {
     match reply {
         Value::Push { kind, data } => Err(out_of_step(&kind, &data)),

@@ -11,52 +11,27 @@
 
 use std::sync::{Arc, Mutex};
 
-use tracing::level_filters::LevelFilter;
-use tracing::subscriber::Interest;
-use tracing::{Event, Metadata, Subscriber, span};
-
 use crate::distributed::monotonic_ns;
+use crate::handoff_trace::TimingEvents;
 
 /// The timing events seen, with their [`monotonic_ns`].
 #[derive(Clone, Default)]
 pub struct Stamps(Arc<Mutex<Vec<(u64, &'static str)>>>);
-
-impl Subscriber for Stamps {
-    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        if self.enabled(metadata) {
-            Interest::always()
-        } else {
-            Interest::never()
-        }
-    }
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.is_event() && metadata.target() == "redlock::timing"
-    }
-    fn max_level_hint(&self) -> Option<LevelFilter> {
-        Some(LevelFilter::TRACE)
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let at = monotonic_ns();
-        let name = event.metadata().name();
-        if matches!(name, "news_received" | "granted") {
-            self.0.lock().unwrap().push((at, name));
-        }
-    }
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
-}
 
 impl Stamps {
     /// The recorder, installed as the process's subscriber, when the variable is set.
     pub fn install() -> Option<Stamps> {
         std::env::var_os("REDLOCK_BENCH_GRANT_TRACE")?;
         let stamps = Stamps::default();
-        tracing::subscriber::set_global_default(stamps.clone())
+        let kept = stamps.0.clone();
+        let recorder = TimingEvents(move |event: &tracing::Event<'_>| {
+            let at = monotonic_ns();
+            let name = event.metadata().name();
+            if matches!(name, "news_received" | "granted") {
+                kept.lock().unwrap().push((at, name));
+            }
+        });
+        tracing::subscriber::set_global_default(recorder)
             .expect("the grant trace's subscriber is the first");
         Some(stamps)
     }

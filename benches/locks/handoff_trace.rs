@@ -43,11 +43,10 @@ const TARGET: &str = "redlock::timing";
 /// One timing event: when, which, and its `baton` field if it has one.
 type Stamp = (Instant, &'static str, Option<bool>);
 
-/// A subscriber that only timestamps the timing events: every other callsite is off,
-/// so spans and other events cost what they cost without a subscriber.
-struct Recorder {
-    stamps: Arc<Mutex<Vec<Stamp>>>,
-}
+/// A subscriber that hands each of the runtime's timing events to `on_event` as it
+/// happens: every other callsite is off, so spans and other events cost what they cost
+/// without a subscriber. This trace's and `grant_trace`'s.
+pub struct TimingEvents<F>(pub F);
 
 struct Baton(Option<bool>);
 
@@ -60,7 +59,7 @@ impl Visit for Baton {
     fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
 }
 
-impl Subscriber for Recorder {
+impl<F: Fn(&Event<'_>) + Send + Sync + 'static> Subscriber for TimingEvents<F> {
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
         if self.enabled(metadata) {
             Interest::always()
@@ -80,13 +79,7 @@ impl Subscriber for Recorder {
     fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
     fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
     fn event(&self, event: &Event<'_>) {
-        let at = Instant::now();
-        let mut baton = Baton(None);
-        event.record(&mut baton);
-        self.stamps
-            .lock()
-            .unwrap()
-            .push((at, event.metadata().name(), baton.0));
+        (self.0)(event);
     }
     fn enter(&self, _: &span::Id) {}
     fn exit(&self, _: &span::Id) {}
@@ -132,9 +125,18 @@ fn hand_offs(stamps: &[Stamp]) -> (Vec<Steps>, usize) {
 
 pub async fn run(bench: &mut Bench) {
     let stamps = Arc::new(Mutex::new(Vec::new()));
-    let recorder = Recorder {
-        stamps: stamps.clone(),
-    };
+    let recorder = TimingEvents({
+        let stamps = stamps.clone();
+        move |event: &Event<'_>| {
+            let at = Instant::now();
+            let mut baton = Baton(None);
+            event.record(&mut baton);
+            stamps
+                .lock()
+                .unwrap()
+                .push((at, event.metadata().name(), baton.0));
+        }
+    });
     if let Err(error) = tracing::subscriber::set_global_default(recorder) {
         println!("trace-handoff: could not install the subscriber: {error}");
         return;

@@ -144,21 +144,28 @@ fn member_named<'a>(id: &[u8], ours: &'a [String]) -> Option<&'a String> {
     ours.iter().find(|member| is_member(id, member.as_bytes()))
 }
 
-/// What a message for the next in line (`N <id> <ms>`, `C <id>`) tells the waiter it
-/// names, when that is one of `ours`.
-fn next_in_line(payload: &[u8], ours: &[String]) -> Option<Release> {
+/// A message for the next in line (`N <id> <ms>`, `C <id>`): the waiter's id it names,
+/// and what it tells that waiter.
+fn next_message(payload: &[u8]) -> Option<(&[u8], Release)> {
     let (kind, rest) = (payload.first()?, payload.get(2..)?);
     if payload.get(1) != Some(&b' ') {
         return None;
     }
     let mut words = rest.split(|&byte| byte == b' ');
     let id = words.next()?;
-    member_named(id, ours)?;
     match kind {
-        b'N' => Some(Release::Next(millis(words.next()?)?)),
-        b'C' => Some(Release::Confirmed),
+        b'N' => Some((id, Release::Next(millis(words.next()?)?))),
+        b'C' => Some((id, Release::Confirmed)),
         _ => None,
     }
+}
+
+/// What a message for the next in line tells the waiter it names, when that is one of
+/// `ours`.
+#[cfg(test)]
+fn next_in_line(payload: &[u8], ours: &[String]) -> Option<Release> {
+    let (id, news) = next_message(payload)?;
+    member_named(id, ours).map(|_| news)
 }
 
 /// A duration in ms, as the scripts write it.
@@ -331,29 +338,21 @@ impl ReleaseNotifications {
         tracing::trace!(name: "news_received", target: crate::metrics::TIMING, "redlock: message received");
         let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = channels.get_mut(channel) {
-            let news = Release::parse(payload, &entry.waiter_ids);
             // For one waiter of this client (`N <id> <ms>`, `C <id>`): no news for the
             // others, nor for a waiter that left.
-            if let Some(news) = next_in_line(payload, &entry.waiter_ids) {
-                entry.post(news);
-                return;
-            }
-            if let Some(next) = payload.strip_prefix(b"N ") {
-                // For a waiter of this client that does not listen yet, or that left.
-                let mut words = next.split(|&byte| byte == b' ');
-                if let (Some(id), Some(lasts)) = (words.next(), words.next().and_then(millis)) {
+            if let Some((id, news)) = next_message(payload) {
+                if member_named(id, &entry.waiter_ids).is_some() {
+                    entry.post(news);
+                } else if let Release::Next(lasts) = news {
+                    // For a waiter of this client that does not listen yet, or that left.
                     entry.unclaimed_next = Some(Unclaimed::new(id, lasts, Instant::now()));
-                }
-                return;
-            }
-            if let Some(confirmed) = payload.strip_prefix(b"C ") {
-                if entry
-                    .unclaimed_next
-                    .as_ref()
-                    .is_some_and(|u| u.names(confirmed))
-                {
+                } else if entry.unclaimed_next.as_ref().is_some_and(|u| u.names(id)) {
                     entry.unclaimed_next = None;
                 }
+                return;
+            }
+            if payload.starts_with(b"N ") || payload.starts_with(b"C ") {
+                // Garbled: no news.
                 return;
             }
             let granted = payload.strip_prefix(b"G ").and_then(Grant::parse_message);
@@ -370,7 +369,7 @@ impl ReleaseNotifications {
                 },
                 // A garbled grant: no news.
                 None if payload.starts_with(b"G ") => {}
-                None => entry.post(news),
+                None => entry.post(Release::parse(payload, &entry.waiter_ids)),
             }
         }
     }

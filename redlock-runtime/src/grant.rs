@@ -63,13 +63,11 @@ impl Grant {
     /// The words of a grant message after the waiter's id,
     /// `<token> <ms after registration> <ms it lasts unconfirmed>`. `None` when one is
     /// missing or not a number.
-    pub(crate) fn parse<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Option<Grant> {
-        let number =
-            |word: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(word?).ok()?.parse().ok() };
+    fn parse<'a>(mut words: impl Iterator<Item = &'a [u8]>) -> Option<Grant> {
         Some(Grant {
-            fencing_token: number(words.next())?,
-            after: Duration::from_millis(number(words.next())?),
-            lasts: Duration::from_millis(number(words.next())?),
+            fencing_token: std::str::from_utf8(words.next()?).ok()?.parse().ok()?,
+            after: millis(words.next()?)?,
+            lasts: millis(words.next()?)?,
         })
     }
 
@@ -133,6 +131,15 @@ impl Taken {
             false => self.granted_at + self.grace / 4,
         }
     }
+}
+
+/// A duration in ms, as the scripts write it in their messages.
+pub(crate) fn millis(text: &[u8]) -> Option<Duration> {
+    std::str::from_utf8(text)
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
 }
 
 /// Whether the waitlist member `member` (`<id> <lease ms> <client name>`) is the waiter

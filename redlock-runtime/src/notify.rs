@@ -25,7 +25,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
-use crate::grant::{Grant, GrantFloor, Unclaimed, is_member};
+use crate::grant::{Grant, GrantFloor, Unclaimed, is_member, millis};
 
 enum Request {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
@@ -166,15 +166,6 @@ fn next_message(payload: &[u8]) -> Option<(&[u8], Release)> {
 fn next_in_line(payload: &[u8], ours: &[String]) -> Option<Release> {
     let (id, news) = next_message(payload)?;
     member_named(id, ours).map(|_| news)
-}
-
-/// A duration in ms, as the scripts write it.
-fn millis(text: &[u8]) -> Option<Duration> {
-    std::str::from_utf8(text)
-        .ok()?
-        .parse()
-        .ok()
-        .map(Duration::from_millis)
 }
 
 /// The channels some waiter of this client listens to.

@@ -233,12 +233,15 @@ async fn child_loop(spec: Spec) {
     }
 
     let mut lines = Vec::with_capacity(spec.holds + 2);
+    // Each hold's ask and return, for the grant trace.
+    let mut acquisitions = Vec::with_capacity(spec.holds);
     let cpu_before = process_cpu();
     for _ in 0..spec.holds {
         let asked = monotonic_ns();
         match client.acquire(&spec.key, &spec).await {
             Ok(guard) => {
                 let acquired = monotonic_ns();
+                acquisitions.push((asked, acquired));
                 tokio::time::sleep(spec.hold).await;
                 let releasing = monotonic_ns();
                 guard.release().await;
@@ -250,13 +253,6 @@ async fn child_loop(spec: Spec) {
     }
     let cpu = process_cpu() - cpu_before;
     if let Some(trace) = &trace {
-        let acquisitions: Vec<(u64, u64)> = lines
-            .iter()
-            .filter_map(|line| {
-                let mut fields = line.strip_prefix("hold ")?.split(' ');
-                Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
-            })
-            .collect();
         lines.extend(trace.lines(&acquisitions));
     }
     lines.push(format!("cpu {}", cpu.as_nanos()));
